@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# One entry point for a fresh Debian 12 machine. Idempotent: rerunning skips
+# what is already installed, built or fetched.
+#
+#   scripts/setup.sh run    install, build, fetch the default model, run it
+#   scripts/setup.sh test   install, build, run the whole test suite
+#
+# Environment: HEADROOM_TEST_ARGS adds ctest arguments (e.g. "-L slow" or
+# "-LE model"); HEADROOM_FUZZ_SECONDS sets the fuzzing time (default 60).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+mode="${1:-}"
+case "$mode" in run | test) ;; *)
+  echo "usage: scripts/setup.sh run|test" >&2
+  exit 2
+  ;;
+esac
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+# ---- system packages -------------------------------------------------------
+apt_packages=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
+  libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libfmt-dev libspdlog-dev libxxhash-dev
+  libgtest-dev libgmock-dev libbenchmark-dev python3 python3-venv python3-pip curl)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  step "installing Debian packages: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# ---- Python tools for tests (never a runtime dependency) -------------------
+venv="$root/.venv"
+if [ ! -x "$venv/bin/python" ]; then
+  step "creating $venv"
+  python3 -m venv "$venv"
+fi
+if ! cmp -s scripts/requirements-test.txt "$venv/.requirements" 2>/dev/null; then
+  step "installing Python test tools"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r scripts/requirements-test.txt
+  cp scripts/requirements-test.txt "$venv/.requirements"
+fi
+
+# ---- build -----------------------------------------------------------------
+step "building (release)"
+cmake --preset release -DHEADROOM_PYTHON="$venv/bin/python" >/dev/null
+cmake --build --preset release -j "$(nproc)"
+
+# ---- models ----------------------------------------------------------------
+step "fetching models"
+PYTHON="$venv/bin/python" scripts/fetch-model.sh smollm2-135m
+if [ "$mode" = test ]; then
+  PYTHON="$venv/bin/python" scripts/fetch-model.sh gemma3-270m
+fi
+
+if [ "$mode" = run ]; then
+  step "running the default model"
+  exec scripts/main-job.sh
+fi
+
+# ---- tests -----------------------------------------------------------------
+step "checking formatting"
+scripts/check-format.sh
+
+step "running tests (ctest, slow tests excluded; HEADROOM_TEST_ARGS='${HEADROOM_TEST_ARGS:-}')"
+# shellcheck disable=SC2086
+ctest --preset release -j "$(nproc)" -LE slow ${HEADROOM_TEST_ARGS:-}
+
+step "fuzzing the GGUF reader for ${HEADROOM_FUZZ_SECONDS:-60}s"
+scripts/fuzz.sh "${HEADROOM_FUZZ_SECONDS:-60}"
+step "all tests passed"

@@ -1,0 +1,14 @@
+// Each subcommand registers its flags and its action on the top-level app.
+// Actions run after parsing; they throw headroom::Error for user-facing
+// failures, which main() prints as one line.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace headroom::cli {
+
+void add_inspect_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
+void add_synth_command(CLI::App& app);
+
+}  // namespace headroom::cli

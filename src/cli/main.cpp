@@ -1,0 +1,37 @@
+// headroom: an LLM inference engine built around memory.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{
+        "headroom: LLM inference that knows where every byte goes.\n"
+        "Plans memory before loading, never dies of out-of-memory, explains other engines' OOMs.",
+        "headroom"};
+    app.set_version_flag("--version", HEADROOM_VERSION);
+    app.require_subcommand(1);
+    app.get_formatter()->column_width(36);
+    headroom::cli::add_inspect_command(app);
+    headroom::cli::add_quantize_command(app);
+    headroom::cli::add_synth_command(app);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (const headroom::Error& e) {
+        fmt::print(stderr, "error: {}\n", e.what());
+        return 1;
+    } catch (const std::bad_alloc&) {
+        fmt::print(stderr, "error: out of host memory\n");
+        return 1;
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "error: {}\n", e.what());
+        return 1;
+    }
+    return 0;
+}

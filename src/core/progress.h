@@ -1,0 +1,28 @@
+// A progress bar on stderr for long work (quantize, synth, model loading).
+// On a terminal it redraws one line; otherwise it prints a line every 10%.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace headroom {
+
+class Progress {
+  public:
+    Progress(std::string label, uint64_t total, bool enabled = true);
+    // Reports `done` of `total` units (bytes, tensors...); `detail` is shown after the bar.
+    void update(uint64_t done, const std::string& detail = {});
+    void finish(const std::string& detail = {});
+
+  private:
+    std::string label_;
+    uint64_t total_;
+    bool enabled_;
+    bool tty_;
+    int last_decile_ = -1;
+    std::chrono::steady_clock::time_point start_;
+    std::chrono::steady_clock::time_point last_draw_{};
+};
+
+}  // namespace headroom

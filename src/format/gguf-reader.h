@@ -1,0 +1,102 @@
+// GGUF reader (versions 2 and 3) over a read-only mmap. Everything read from
+// the file is validated before it is used: counts against the file size,
+// string and array lengths, tensor shapes, types, alignment and byte ranges.
+// A malformed file raises one headroom::Error naming the file, the byte
+// offset, the field and what was expected; nothing reads outside the file.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/mapped-file.h"
+#include "format/gguf-value.h"
+#include "format/tensor-type.h"
+
+namespace headroom::gguf {
+
+inline constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
+inline constexpr uint64_t kDefaultAlignment = 32;
+inline constexpr uint32_t kMaxDims = 4;
+
+struct TensorInfo {
+    std::string_view name;
+    uint32_t n_dims = 0;
+    std::array<int64_t, kMaxDims> ne{1, 1, 1, 1};  // ne[0] is the row length (fastest)
+    TensorType type = TensorType::F32;
+    uint64_t offset = 0;      // from the start of the data section
+    uint64_t size_bytes = 0;  // ne[1..3] rows of row_bytes(type, ne[0])
+    uint64_t n_elements = 0;
+    uint64_t info_offset = 0;  // file offset of this tensor's info record, for messages
+    const uint8_t* data = nullptr;
+
+    int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
+    std::vector<int64_t> shape() const { return {ne.begin(), ne.begin() + n_dims}; }
+};
+
+class GgufFile {
+  public:
+    // Maps and parses the file. Throws headroom::Error for an unreadable or
+    // malformed file.
+    static GgufFile open(const std::string& path);
+    // Parses bytes already in memory (fuzzing, tests). `bytes` must outlive the result.
+    static GgufFile parse(std::span<const uint8_t> bytes, std::string label);
+
+    const std::string& path() const { return label_; }
+    uint32_t version() const { return version_; }
+    uint64_t alignment() const { return alignment_; }
+    uint64_t data_offset() const { return data_offset_; }
+    uint64_t file_size_bytes() const { return bytes_.size(); }
+
+    // Metadata in file order.
+    const std::vector<std::pair<std::string_view, Value>>& metadata() const { return kv_; }
+    const Value* find(std::string_view key) const;
+    // File offset of a metadata entry (its key), for messages; 0 if absent.
+    uint64_t key_offset(std::string_view key) const;
+    bool has(std::string_view key) const { return find(key) != nullptr; }
+
+    // Tolerant getters: nullopt when the key is absent; throw when it is
+    // present with a type that cannot be read as asked.
+    std::optional<uint64_t> get_uint(std::string_view key) const;
+    std::optional<int64_t> get_int(std::string_view key) const;
+    std::optional<double> get_float(std::string_view key) const;
+    std::optional<bool> get_bool(std::string_view key) const;
+    std::optional<std::string_view> get_string(std::string_view key) const;
+    const Array* get_array(std::string_view key) const;
+
+    // As above but a missing key is an error naming it.
+    uint64_t require_uint(std::string_view key) const;
+    double require_float(std::string_view key) const;
+    std::string_view require_string(std::string_view key) const;
+    const Array& require_array(std::string_view key) const;
+
+    std::string_view architecture() const { return require_string("general.architecture"); }
+
+    const std::vector<TensorInfo>& tensors() const { return tensors_; }
+    const TensorInfo* find_tensor(std::string_view name) const;
+    uint64_t tensor_bytes_total() const;
+
+  private:
+    GgufFile() = default;
+    void parse_all();
+
+    std::shared_ptr<MappedFile> file_;  // null when parsing caller-owned bytes
+    std::span<const uint8_t> bytes_;
+    std::string label_;
+    uint32_t version_ = 0;
+    uint64_t alignment_ = kDefaultAlignment;
+    uint64_t data_offset_ = 0;
+    std::vector<std::pair<std::string_view, Value>> kv_;
+    std::vector<uint64_t> kv_offsets_;
+    std::map<std::string_view, size_t, std::less<>> kv_index_;
+    std::vector<TensorInfo> tensors_;
+    std::map<std::string_view, size_t, std::less<>> tensor_index_;
+};
+
+}  // namespace headroom::gguf

@@ -1,0 +1,106 @@
+#include "model/hparams.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "format/gguf-reader.h"
+
+namespace headroom {
+
+uint32_t HParams::n_swa_layers() const {
+    uint32_t n = 0;
+    for (bool b : layer_is_swa) n += b;
+    return n;
+}
+
+bool is_supported_arch(const std::string& arch) {
+    return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3";
+}
+
+namespace {
+
+uint32_t to_u32(const gguf::GgufFile& f, const std::string& key, uint64_t v) {
+    if (v > 0xFFFFFFFFu) fail("{}: metadata '{}' is {}, expected a 32-bit count", f.path(), key, v);
+    return static_cast<uint32_t>(v);
+}
+
+}  // namespace
+
+HParams read_hparams(const gguf::GgufFile& f, bool for_inference) {
+    HParams hp;
+    hp.arch = std::string(f.architecture());
+    if (auto n = f.get_string("general.name")) hp.name = std::string(*n);
+    if (for_inference && !is_supported_arch(hp.arch))
+        fail("{}: architecture '{}' is not supported, expected one of llama, qwen2, qwen3, gemma3",
+             f.path(), hp.arch);
+    const std::string a = hp.arch + ".";
+    auto req = [&](const std::string& key) { return to_u32(f, key, f.require_uint(key)); };
+    auto opt = [&](const std::string& key, uint32_t dflt) {
+        auto v = f.get_uint(key);
+        return v ? to_u32(f, key, *v) : dflt;
+    };
+    hp.n_embd = req(a + "embedding_length");
+    hp.n_layer = req(a + "block_count");
+    hp.n_head = req(a + "attention.head_count");
+    hp.n_ctx_train = opt(a + "context_length", 0);
+    hp.n_ff = opt(a + "feed_forward_length", 0);
+    hp.n_head_kv = opt(a + "attention.head_count_kv", hp.n_head);
+    if (hp.n_embd == 0 || hp.n_layer == 0 || hp.n_head == 0 || hp.n_head_kv == 0)
+        fail(
+            "{}: embedding_length, block_count, head_count and head_count_kv must be > 0 "
+            "(got {}, {}, {}, {})",
+            f.path(), hp.n_embd, hp.n_layer, hp.n_head, hp.n_head_kv);
+    if (hp.n_head % hp.n_head_kv != 0)
+        fail("{}: head_count {} is not a multiple of head_count_kv {}", f.path(), hp.n_head,
+             hp.n_head_kv);
+    hp.head_dim_k = opt(a + "attention.key_length", hp.n_embd / hp.n_head);
+    hp.head_dim_v = opt(a + "attention.value_length", hp.head_dim_k);
+    hp.n_rot = opt(a + "rope.dimension_count", hp.head_dim_k);
+    if (hp.n_rot > hp.head_dim_k || hp.n_rot % 2 != 0)
+        fail("{}: rope.dimension_count {} must be even and at most the head size {}", f.path(),
+             hp.n_rot, hp.head_dim_k);
+    if (auto e = f.get_float(a + "attention.layer_norm_rms_epsilon")) hp.rms_eps = float(*e);
+    if (auto b = f.get_float(a + "rope.freq_base")) hp.rope_base = float(*b);
+    hp.rope_base_local = hp.rope_base;
+    if (auto type = f.get_string(a + "rope.scaling.type"); type && *type == "linear") {
+        if (auto factor = f.get_float(a + "rope.scaling.factor"); factor && *factor > 0)
+            hp.rope_scale = 1.0f / float(*factor);
+    } else if (auto s = f.get_float(a + "rope.scale_linear"); s && *s > 0) {
+        hp.rope_scale = 1.0f / float(*s);
+    }
+    hp.n_expert = opt(a + "expert_count", 0);
+    hp.n_expert_used = opt(a + "expert_used_count", 0);
+    hp.kv_lora_rank = opt(a + "attention.kv_lora_rank", 0);
+    hp.qk_rope_head_dim = opt(a + "rope.dimension_count", 0);
+
+    if (auto v = f.get_uint(a + "vocab_size"))
+        hp.n_vocab = to_u32(f, a + "vocab_size", *v);
+    else if (const auto* tokens = f.get_array("tokenizer.ggml.tokens"))
+        hp.n_vocab = static_cast<uint32_t>(tokens->n);
+    else if (const auto* emb = f.find_tensor("token_embd.weight"))
+        hp.n_vocab = static_cast<uint32_t>(emb->ne[1]);
+
+    hp.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+    hp.rope_style = hp.arch == "llama" ? RopeStyle::Normal : RopeStyle::NeoX;
+    hp.qk_norm = hp.arch == "qwen3" || hp.arch == "gemma3";
+
+    hp.layer_is_swa.assign(hp.n_layer, false);
+    if (hp.arch == "gemma3") {
+        hp.sliding_window = opt(a + "attention.sliding_window", 0);
+        // Every sixth layer is global (5 local : 1 global) unless the file says otherwise.
+        const uint32_t pattern = opt(a + "attention.sliding_window_pattern", 6);
+        if (hp.sliding_window > 0 && pattern > 0)
+            for (uint32_t il = 0; il < hp.n_layer; ++il)
+                hp.layer_is_swa[il] = (il + 1) % pattern != 0;
+        if (auto b = f.get_float(a + "rope.freq_base_swa"))
+            hp.rope_base_local = float(*b);
+        else
+            hp.rope_base_local = 10000.0f;
+    } else if (auto w = f.get_uint(a + "attention.sliding_window"); w && *w > 0) {
+        hp.sliding_window = to_u32(f, a + "attention.sliding_window", *w);
+        hp.layer_is_swa.assign(hp.n_layer, true);
+    }
+    return hp;
+}
+
+}  // namespace headroom

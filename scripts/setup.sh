@@ -57,6 +57,7 @@ step "fetching models"
 PYTHON="$venv/bin/python" scripts/fetch-model.sh smollm2-135m
 if [ "$mode" = test ]; then
   PYTHON="$venv/bin/python" scripts/fetch-model.sh gemma3-270m
+  PYTHON="$venv/bin/python" scripts/fetch-reference-data.sh
 fi
 
 if [ "$mode" = run ]; then

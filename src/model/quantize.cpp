@@ -69,7 +69,11 @@ TensorType choose_tensor_type(const gguf::TensorInfo& t, const QuantizeOptions& 
     TensorType want = opt.type;
     if (t.name == "token_embd.weight" && opt.embedding_type) want = *opt.embedding_type;
     if (t.name == "output.weight" && opt.output_type) want = *opt.output_type;
-    const auto row = static_cast<uint64_t>(t.ne[0]);
+    return fit_type_to_row(want, t.ne[0]);
+}
+
+TensorType fit_type_to_row(TensorType want, int64_t row_length) {
+    const auto row = static_cast<uint64_t>(row_length);
     if (row % traits(want).block_size == 0) return want;
     const TensorType fb = fallback_for(want);
     if (row % traits(fb).block_size == 0) return fb;

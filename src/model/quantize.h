@@ -28,6 +28,9 @@ struct QuantizeOptions {
 // otherwise F16 when even 32 does not divide the row).
 TensorType choose_tensor_type(const gguf::TensorInfo& t, const QuantizeOptions& opt);
 
+// `want` if rows of `row_length` elements fit its blocks, else the fallback above.
+TensorType fit_type_to_row(TensorType want, int64_t row_length);
+
 // Writes `in` to `out_path` with tensors re-quantized. Throws headroom::Error.
 void quantize_model(const gguf::GgufFile& in, const std::string& out_path,
                     const QuantizeOptions& opt);

@@ -1,0 +1,46 @@
+// The activation arena: every buffer one forward step needs, laid out once
+// from the model's shape and the largest step (max_num_batched_tokens tokens,
+// max_logit_rows rows of logits). The byte accounting sums it; the runner
+// carves its buffers from it at these offsets. Nothing here grows with the
+// context length: attention is flash-style over KV blocks, with only
+// per-thread tiles.
+#pragma once
+
+#include <cstdint>
+
+#include "model/hparams.h"
+
+namespace headroom {
+
+struct ArenaBuffer {
+    uint64_t offset = 0;
+    uint64_t size_bytes = 0;
+};
+
+struct ActivationLayout {
+    uint32_t n_tokens = 0;      // tokens per step (rows of the buffers below)
+    uint32_t n_logit_rows = 0;  // rows of logits per step
+    uint32_t n_threads = 1;
+    uint32_t attn_tile = 0;  // keys per attention tile
+    // f32 unless noted.
+    ArenaBuffer x;               // (n_tokens, n_embd) residual stream
+    ArenaBuffer xb;              // (n_tokens, n_embd) normed input to a matmul
+    ArenaBuffer q;               // (n_tokens, n_head * head_dim_k)
+    ArenaBuffer k;               // (n_tokens, n_head_kv * head_dim_k)
+    ArenaBuffer v;               // (n_tokens, n_head_kv * head_dim_v)
+    ArenaBuffer attn;            // (n_tokens, n_head * head_dim_v) attention output
+    ArenaBuffer gate;            // (n_tokens, n_ff)
+    ArenaBuffer up;              // (n_tokens, n_ff)
+    ArenaBuffer acts_q;          // (n_tokens, max_in) activations quantized for the matmul kernels
+    ArenaBuffer logits;          // (n_logit_rows, n_vocab)
+    ArenaBuffer thread_scratch;  // n_threads × scratch_per_thread_bytes
+    uint64_t scratch_per_thread_bytes = 0;
+    ArenaBuffer sampler;  // (n_vocab) index + prob pairs for top-k/top-p sorting
+    uint64_t total_bytes = 0;
+};
+
+// Buffers are 64-byte aligned.
+ActivationLayout plan_activations(const HParams& hp, uint32_t n_tokens, uint32_t n_logit_rows,
+                                  uint32_t n_threads);
+
+}  // namespace headroom

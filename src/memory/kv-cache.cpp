@@ -1,0 +1,309 @@
+#include "memory/kv-cache.h"
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "core/check.h"
+#include "core/error.h"
+
+namespace headroom {
+
+uint64_t chain_hash(uint64_t previous, std::span<const int32_t> tokens) {
+    return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), previous);
+}
+
+KvCache::KvCache(const MemoryPlan& plan, const HParams& hp, bool enable_prefix_caching)
+    : groups_(plan.kv_groups),
+      layer_group_(hp.n_layer, 0),
+      layer_index_(hp.n_layer, 0),
+      block_size_(plan.config.block_size),
+      n_head_kv_(hp.n_head_kv),
+      dtype_(plan.config.kv_dtype),
+      prefix_caching_(enable_prefix_caching),
+      region_(plan.kv_cache_bytes, "KV cache") {
+    const TensorType t = tensor_type(dtype_);
+    k_row_bytes_ = row_bytes(t, hp.head_dim_k);
+    v_row_bytes_ = row_bytes(t, hp.head_dim_v);
+    layer_bytes_ = uint64_t{n_head_kv_} * block_size_ * (k_row_bytes_ + v_row_bytes_);
+    uint64_t offset = 0;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+        const KvGroupPlan& gp = groups_[g];
+        if (gp.kind == AttentionKind::Latent)
+            fail("latent (MLA) attention is planned but not run by this engine");
+        HR_CHECK(gp.block_bytes == gp.layers.size() * layer_bytes_);
+        for (uint32_t i = 0; i < gp.layers.size(); ++i) {
+            layer_group_[gp.layers[i]] = g;
+            layer_index_[gp.layers[i]] = i;
+        }
+        pools_.push_back(std::make_unique<KvBlockPool>(static_cast<uint32_t>(gp.n_blocks),
+                                                       block_size_, gp.block_bytes,
+                                                       region_.data() + offset));
+        offset += gp.n_blocks * gp.block_bytes;
+    }
+    HR_CHECK(offset == plan.kv_cache_bytes);
+}
+
+uint64_t KvCache::used_bytes() const {
+    uint64_t n = 0;
+    for (const auto& p : pools_) n += uint64_t{p->n_used()} * p->block_bytes();
+    return n;
+}
+
+uint64_t KvCache::n_blocks_total() const {
+    uint64_t n = 0;
+    for (const auto& p : pools_) n += p->n_blocks();
+    return n;
+}
+
+uint64_t KvCache::n_blocks_used() const {
+    uint64_t n = 0;
+    for (const auto& p : pools_) n += p->n_used();
+    return n;
+}
+
+uint32_t KvCache::first_needed_pos(size_t g, uint32_t n_tokens) const {
+    const KvGroupPlan& gp = groups_[g];
+    if (gp.kind != AttentionKind::SlidingWindow) return 0;
+    // A query at position p sees keys p - window + 1 .. p.
+    return n_tokens + 1 > gp.window ? n_tokens + 1 - gp.window : 0;
+}
+
+uint32_t KvCache::blocks_held_for(size_t g, uint32_t n_tokens) const {
+    const uint32_t end = (n_tokens + block_size_ - 1) / block_size_;
+    const uint32_t begin = first_needed_pos(g, n_tokens > 0 ? n_tokens - 1 : 0) / block_size_;
+    return end > begin ? end - begin : 0;
+}
+
+uint32_t KvCache::blocks_needed(const SeqKv& seq, uint32_t n_new) const {
+    uint32_t total = 0;
+    const uint32_t end = (seq.n_tokens + n_new + block_size_ - 1) / block_size_;
+    for (size_t g = 0; g < pools_.size(); ++g) {
+        const size_t have = seq.tables.size() > g ? seq.tables[g].size() : 0;
+        if (end > have) total += end - static_cast<uint32_t>(have);
+    }
+    return total;
+}
+
+bool KvCache::can_grow(const SeqKv& seq, uint32_t n_new) const {
+    const uint32_t end = (seq.n_tokens + n_new + block_size_ - 1) / block_size_;
+    for (size_t g = 0; g < pools_.size(); ++g) {
+        const size_t have = seq.tables.size() > g ? seq.tables[g].size() : 0;
+        if (end <= have) continue;
+        uint32_t need = end - static_cast<uint32_t>(have);
+        // Blocks this sequence will free from the window first.
+        uint32_t freeable = 0;
+        if (have > 0) {
+            const uint32_t first_block = first_needed_pos(g, seq.n_tokens) / block_size_;
+            for (uint32_t b = 0; b < first_block && b < have; ++b)
+                if (seq.tables[g][b] >= 0 && pools_[g]->ref_count(seq.tables[g][b]) == 1)
+                    ++freeable;
+        }
+        if (need > pools_[g]->n_free() + freeable) return false;
+    }
+    return true;
+}
+
+bool KvCache::grow(SeqKv& seq, uint32_t n_new) {
+    if (seq.tables.size() < pools_.size()) seq.tables.resize(pools_.size());
+    // Slide windows first: blocks no query from n_tokens on can see.
+    for (size_t g = 0; g < pools_.size(); ++g) {
+        const uint32_t first_block = first_needed_pos(g, seq.n_tokens) / block_size_;
+        auto& table = seq.tables[g];
+        for (uint32_t b = 0; b < first_block && b < table.size(); ++b) {
+            if (table[b] >= 0) {
+                pools_[g]->release(table[b]);
+                table[b] = -1;
+            }
+        }
+    }
+    const uint32_t end = (seq.n_tokens + n_new + block_size_ - 1) / block_size_;
+    for (size_t g = 0; g < pools_.size(); ++g)
+        if (end > seq.tables[g].size() &&
+            !pools_[g]->can_allocate(end - static_cast<uint32_t>(seq.tables[g].size())))
+            return false;
+    for (size_t g = 0; g < pools_.size(); ++g) {
+        auto& table = seq.tables[g];
+        while (table.size() < end) {
+            const int32_t b = pools_[g]->allocate();
+            HR_CHECK(b >= 0);
+            table.push_back(b);
+        }
+    }
+    seq.n_tokens += n_new;
+    return true;
+}
+
+uint32_t KvCache::attach_prefix(SeqKv& seq, std::span<const int32_t> prompt) {
+    HR_CHECK(seq.n_tokens == 0);
+    seq.tables.assign(pools_.size(), {});
+    prefix_stats_.query_tokens += prompt.size();
+    if (!prefix_caching_ || prompt.size() < 2) return 0;
+    const uint32_t max_blocks = static_cast<uint32_t>((prompt.size() - 1) / block_size_);
+    // Hashes of the candidate blocks, and how far every full-attention group hits.
+    std::vector<uint64_t> hashes;
+    std::vector<std::vector<int32_t>> found(pools_.size());
+    uint64_t h = 0;
+    uint32_t n_hit = 0;
+    for (uint32_t i = 0; i < max_blocks; ++i) {
+        const auto tokens = prompt.subspan(size_t{i} * block_size_, block_size_);
+        h = chain_hash(h, tokens);
+        bool all_hit = true;
+        for (size_t g = 0; g < pools_.size(); ++g) {
+            const int32_t b = pools_[g]->find(h, tokens);
+            found[g].push_back(b);
+            if (b < 0 && groups_[g].kind != AttentionKind::SlidingWindow) all_hit = false;
+        }
+        if (!all_hit) break;
+        hashes.push_back(h);
+        n_hit = i + 1;
+    }
+    // Sliding-window groups need only the blocks a query at the attach
+    // point can see; shorten the attach point until they are all cached.
+    for (; n_hit > 0; --n_hit) {
+        const uint32_t len = n_hit * block_size_;
+        bool ok = true;
+        for (size_t g = 0; g < pools_.size() && ok; ++g) {
+            if (groups_[g].kind != AttentionKind::SlidingWindow) continue;
+            for (uint32_t b = first_needed_pos(g, len) / block_size_; b < n_hit && ok; ++b)
+                ok = found[g][b] >= 0;
+        }
+        if (ok) break;
+    }
+    if (n_hit == 0) return 0;
+    const uint32_t len = n_hit * block_size_;
+    for (size_t g = 0; g < pools_.size(); ++g) {
+        const uint32_t first_block = first_needed_pos(g, len) / block_size_;
+        auto& table = seq.tables[g];
+        for (uint32_t b = 0; b < n_hit; ++b) {
+            if (b < first_block) {
+                table.push_back(-1);
+            } else {
+                pools_[g]->retain(found[g][b]);
+                table.push_back(found[g][b]);
+            }
+        }
+    }
+    seq.n_tokens = len;
+    seq.n_published = n_hit;
+    seq.last_hash = hashes[n_hit - 1];
+    prefix_stats_.hit_tokens += len;
+    return len;
+}
+
+void KvCache::publish_full_blocks(SeqKv& seq, std::span<const int32_t> tokens) {
+    if (!prefix_caching_) return;
+    HR_DCHECK(tokens.size() >= seq.n_tokens);
+    while ((seq.n_published + 1) * block_size_ <= seq.n_tokens) {
+        const uint32_t i = seq.n_published;
+        const auto block_tokens = tokens.subspan(size_t{i} * block_size_, block_size_);
+        const uint64_t h = chain_hash(seq.last_hash, block_tokens);
+        for (size_t g = 0; g < pools_.size(); ++g) {
+            const int32_t b = i < seq.tables[g].size() ? seq.tables[g][i] : -1;
+            if (b >= 0) pools_[g]->publish(b, h, block_tokens);
+        }
+        seq.last_hash = h;
+        ++seq.n_published;
+    }
+}
+
+void KvCache::free(SeqKv& seq) {
+    for (size_t g = 0; g < seq.tables.size(); ++g) {
+        auto& table = seq.tables[g];
+        for (auto it = table.rbegin(); it != table.rend(); ++it)
+            if (*it >= 0) pools_[g]->release(*it);
+        table.clear();
+    }
+    seq.n_tokens = 0;
+    seq.n_published = 0;
+    seq.last_hash = 0;
+}
+
+bool KvCache::fork(const SeqKv& parent, SeqKv& child) {
+    const bool partial = parent.n_tokens % block_size_ != 0;
+    std::vector<int32_t> copies(pools_.size(), -1);
+    if (partial) {
+        for (size_t g = 0; g < pools_.size(); ++g) {
+            copies[g] = pools_[g]->allocate();
+            if (copies[g] < 0) {
+                for (size_t u = 0; u < g; ++u) pools_[u]->release(copies[u]);
+                return false;
+            }
+        }
+    }
+    child.tables = parent.tables;
+    child.n_tokens = parent.n_tokens;
+    child.n_published = parent.n_published;
+    child.last_hash = parent.last_hash;
+    for (size_t g = 0; g < pools_.size(); ++g) {
+        auto& table = child.tables[g];
+        for (size_t i = 0; i < table.size(); ++i) {
+            if (table[i] < 0) continue;
+            if (partial && i + 1 == table.size()) {
+                std::memcpy(pools_[g]->data(copies[g]), pools_[g]->data(table[i]),
+                            pools_[g]->block_bytes());
+                table[i] = copies[g];
+            } else {
+                pools_[g]->retain(table[i]);
+            }
+        }
+    }
+    return true;
+}
+
+uint8_t* KvCache::k_block(int32_t block, uint32_t layer, uint32_t h) const {
+    const size_t g = layer_group_[layer];
+    return pools_[g]->data(block) + layer_index_[layer] * layer_bytes_ +
+           uint64_t{h} * block_size_ * k_row_bytes_;
+}
+
+uint8_t* KvCache::v_block(int32_t block, uint32_t layer, uint32_t h) const {
+    const size_t g = layer_group_[layer];
+    return pools_[g]->data(block) + layer_index_[layer] * layer_bytes_ +
+           uint64_t{n_head_kv_} * block_size_ * k_row_bytes_ +
+           uint64_t{h} * block_size_ * v_row_bytes_;
+}
+
+uint8_t* KvCache::k_row(const SeqKv& seq, uint32_t layer, uint32_t h, uint32_t pos) const {
+    const int32_t block = seq.tables[layer_group_[layer]][pos / block_size_];
+    HR_DCHECK(block >= 0);
+    return k_block(block, layer, h) + uint64_t{pos % block_size_} * k_row_bytes_;
+}
+
+uint8_t* KvCache::v_row(const SeqKv& seq, uint32_t layer, uint32_t h, uint32_t pos) const {
+    const int32_t block = seq.tables[layer_group_[layer]][pos / block_size_];
+    HR_DCHECK(block >= 0);
+    return v_block(block, layer, h) + uint64_t{pos % block_size_} * v_row_bytes_;
+}
+
+std::string KvCache::check_invariants(std::span<const SeqKv* const> live) const {
+    for (size_t g = 0; g < pools_.size(); ++g) {
+        if (auto why = pools_[g]->check_invariants(); !why.empty())
+            return fmt::format("group {}: {}", g, why);
+        std::map<int32_t, int32_t> refs;
+        for (const SeqKv* s : live) {
+            if (s->tables.size() <= g) continue;
+            for (int32_t b : s->tables[g])
+                if (b >= 0) ++refs[b];
+            const uint32_t held = static_cast<uint32_t>(std::count_if(
+                s->tables[g].begin(), s->tables[g].end(), [](int32_t b) { return b >= 0; }));
+            if (held > groups_[g].max_blocks_per_seq)
+                return fmt::format(
+                    "group {}: a sequence of {} tokens holds {} blocks, at most {} expected", g,
+                    s->n_tokens, held, groups_[g].max_blocks_per_seq);
+        }
+        for (uint32_t b = 0; b < pools_[g]->n_blocks(); ++b) {
+            const auto it = refs.find(static_cast<int32_t>(b));
+            const int32_t expected = it == refs.end() ? 0 : it->second;
+            if (pools_[g]->ref_count(static_cast<int32_t>(b)) != expected)
+                return fmt::format("group {} block {}: refcount {}, held by {} tables", g, b,
+                                   pools_[g]->ref_count(static_cast<int32_t>(b)), expected);
+        }
+    }
+    return "";
+}
+
+}  // namespace headroom

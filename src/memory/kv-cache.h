@@ -1,0 +1,124 @@
+// The KV cache: one block pool per layer group (full-attention layers,
+// sliding-window layers), carved from one region, plus each sequence's block
+// tables. The scheduler asks can_grow()/grow() before it schedules tokens;
+// the runner writes and reads K and V through the tables; the engine frees
+// a sequence's blocks when it finishes or is preempted.
+//
+// Block layout (one group, `n_layers` layers, rows in the KV dtype):
+//   [layer][K, V][kv_head][slot in block][head_dim]
+// so one head's keys for a block are contiguous: attention streams them.
+//
+// Prefix caching: block i of a sequence is identified by the chained hash
+// h_i = xxh3(tokens of block i, seed h_{i-1}); full blocks are published
+// after the step that filled them; a new sequence attaches the longest run
+// of cached blocks of its prompt (never the whole prompt: the last token is
+// always computed, to produce logits). Sliding-window groups need only the
+// blocks within the window before the attach point.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/region.h"
+#include "memory/kv-block-pool.h"
+#include "memory/terms.h"
+
+namespace headroom {
+
+// A sequence's view of the cache.
+struct SeqKv {
+    std::vector<std::vector<int32_t>> tables;  // per group: block ids, -1 once out of the window
+    uint32_t n_tokens = 0;                     // positions with K/V written (or being written)
+    uint32_t n_published = 0;                  // leading full blocks already hashed
+    uint64_t last_hash = 0;                    // hash of block n_published - 1
+};
+
+struct PrefixCacheStats {
+    uint64_t query_tokens = 0;
+    uint64_t hit_tokens = 0;
+};
+
+class KvCache {
+  public:
+    // Takes the pool region (the plan's kv_cache_bytes) and builds one pool per group.
+    KvCache(const MemoryPlan& plan, const HParams& hp, bool enable_prefix_caching);
+
+    uint32_t block_size() const { return block_size_; }
+    size_t n_groups() const { return pools_.size(); }
+    const KvBlockPool& pool(size_t group) const { return *pools_[group]; }
+    const KvGroupPlan& group(size_t g) const { return groups_[g]; }
+    // Group and index within the group of a model layer.
+    size_t group_of_layer(uint32_t layer) const { return layer_group_[layer]; }
+    uint32_t index_in_group(uint32_t layer) const { return layer_index_[layer]; }
+
+    // Blocks in use and allocatable, summed over groups.
+    uint64_t used_bytes() const;
+    uint64_t capacity_bytes() const { return region_.size_bytes(); }
+    uint64_t n_blocks_total() const;
+    uint64_t n_blocks_used() const;
+
+    // True if `seq` can take `n_new` more tokens now.
+    bool can_grow(const SeqKv& seq, uint32_t n_new) const;
+    // Allocates blocks for positions [n_tokens, n_tokens + n_new) and
+    // advances n_tokens; in sliding-window groups first frees blocks that no
+    // query from position n_tokens on can see. Returns false and changes
+    // nothing if the blocks are not there.
+    bool grow(SeqKv& seq, uint32_t n_new);
+    // Blocks `n_new` more tokens would need from the pool (per group, summed).
+    uint32_t blocks_needed(const SeqKv& seq, uint32_t n_new) const;
+    // Blocks one sequence of `n_tokens` holds at once in group g.
+    uint32_t blocks_held_for(size_t g, uint32_t n_tokens) const;
+
+    // For a new (empty) sequence: attaches the longest cached prefix of
+    // `prompt` (whole blocks, at most prompt.size() - 1 tokens). Returns the
+    // number of tokens attached; seq.n_tokens is set to it.
+    uint32_t attach_prefix(SeqKv& seq, std::span<const int32_t> prompt);
+    // Publishes the blocks that `tokens` (the sequence's tokens so far, at
+    // least seq.n_tokens of them) have filled.
+    void publish_full_blocks(SeqKv& seq, std::span<const int32_t> tokens);
+    // Releases every block, tail first (so cached tails are evicted first).
+    void free(SeqKv& seq);
+    // child shares parent's blocks; the last partial block is copied. Returns
+    // false (child unchanged) if no block is free for the copy.
+    bool fork(const SeqKv& parent, SeqKv& child);
+
+    const PrefixCacheStats& prefix_stats() const { return prefix_stats_; }
+    bool prefix_caching() const { return prefix_caching_; }
+
+    // Addresses of one token's K or V row (head `h`, layer `layer`) for
+    // position `pos` of `seq`. Precondition: the block is allocated.
+    uint8_t* k_row(const SeqKv& seq, uint32_t layer, uint32_t h, uint32_t pos) const;
+    uint8_t* v_row(const SeqKv& seq, uint32_t layer, uint32_t h, uint32_t pos) const;
+    // Start of head h's keys (block_size rows) in block `block` of a layer's group.
+    uint8_t* k_block(int32_t block, uint32_t layer, uint32_t h) const;
+    uint8_t* v_block(int32_t block, uint32_t layer, uint32_t h) const;
+    uint64_t k_row_bytes() const { return k_row_bytes_; }
+    uint64_t v_row_bytes() const { return v_row_bytes_; }
+    KvDtype dtype() const { return dtype_; }
+
+    // For tests.
+    std::string check_invariants(std::span<const SeqKv* const> live) const;
+
+  private:
+    uint32_t first_needed_pos(size_t g, uint32_t n_tokens) const;
+
+    std::vector<KvGroupPlan> groups_;
+    std::vector<size_t> layer_group_;
+    std::vector<uint32_t> layer_index_;
+    uint32_t block_size_;
+    uint32_t n_head_kv_;
+    KvDtype dtype_;
+    uint64_t k_row_bytes_, v_row_bytes_;
+    uint64_t layer_bytes_;  // one layer's K and V in one block
+    bool prefix_caching_;
+    Region region_;
+    std::vector<std::unique_ptr<KvBlockPool>> pools_;
+    PrefixCacheStats prefix_stats_;
+};
+
+// The chained hash of one block: xxh3 of its tokens, seeded with the previous block's hash.
+uint64_t chain_hash(uint64_t previous, std::span<const int32_t> tokens);
+
+}  // namespace headroom

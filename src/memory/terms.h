@@ -1,0 +1,133 @@
+// The byte accounting: the four memory terms of DESIGN.md computed from a
+// model description and an engine configuration. This is the one function
+// both the planner (`headroom plan`, `headroom doctor`) and the engine call:
+// the planner prints what it returns, and the engine allocates exactly the
+// sizes it returns (the KV pool's blocks, the activation arena, the runtime
+// reservations), so prediction and allocation cannot drift apart.
+//
+//   weights      sum of the tensor table (mapped from the GGUF file)
+//   kv_cache     per layer group: n_blocks × block_size × bytes per token;
+//                sliding-window layers hold at most window + one step
+//   activations  the arena for the largest step (memory/activation-layout.h)
+//   runtime      worker stacks, tokenizer tables, per-sequence bookkeeping
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memory/activation-layout.h"
+#include "memory/kv-dtype.h"
+#include "model/hparams.h"
+
+namespace headroom {
+
+namespace gguf {
+class GgufFile;
+}
+
+enum class AttentionKind {
+    Full,           // attends over the whole context
+    SlidingWindow,  // attends over the last `window` tokens
+    Latent,         // multi-head latent attention (caches one latent vector per token)
+};
+
+// What the accounting needs to know about a model.
+struct ModelDesc {
+    HParams hp;
+    std::string source;         // file path, "hf-config FILE" or a built-in name
+    uint64_t weight_bytes = 0;  // all tensors
+    uint64_t n_params = 0;
+    bool weights_exact = false;  // from a tensor table, not an estimate
+    std::string weight_type;     // dominant type, e.g. "Q4_1"
+    uint64_t tokenizer_bytes = 0;
+    // Per transformer block, for planning layers kept on the CPU; the rest of
+    // weight_bytes is embeddings, output and final norm.
+    std::vector<uint64_t> layer_weight_bytes;
+};
+
+// Exact weights from the tensor table; tokenizer bytes estimated from the
+// vocabulary arrays. Throws headroom::Error for unreadable hyperparameters.
+ModelDesc describe_gguf(const gguf::GgufFile& file);
+
+// Heap an in-memory tokenizer of this vocabulary holds (estimate used before
+// the tokenizer is loaded).
+uint64_t estimate_tokenizer_bytes(uint64_t n_vocab, uint64_t vocab_text_bytes, uint64_t n_merges);
+
+struct EngineConfig {
+    uint32_t max_model_len = 0;  // 0: the model's trained context length
+    uint32_t max_num_seqs = 1;
+    uint32_t max_num_batched_tokens = 0;  // 0: default (512, at least max_num_seqs)
+    uint32_t max_logit_rows = 0;          // 0: max_num_seqs
+    KvDtype kv_dtype = KvDtype::F16;
+    uint32_t block_size = 16;
+    uint32_t n_threads = 1;
+};
+
+// How much memory the engine may use.
+struct BudgetSpec {
+    // Total device memory (CPU: min(MemAvailable, cgroup limit) at start-up).
+    uint64_t device_bytes = 0;
+    // Fraction of device_bytes for everything (weights, KV, activations, runtime).
+    double mem_fraction = 0.9;
+    // If nonzero, the KV pool gets exactly this many bytes and the budget is
+    // the sum of the four terms.
+    uint64_t kv_cache_bytes = 0;
+};
+
+// Layers whose KV shares one block geometry and one pool region.
+struct KvGroupPlan {
+    AttentionKind kind = AttentionKind::Full;
+    uint32_t window = 0;              // tokens, sliding-window groups only
+    std::vector<uint32_t> layers;     // layer indices in this group
+    uint64_t bytes_per_token = 0;     // K and V of one token, all layers of the group
+    uint64_t block_bytes = 0;         // bytes_per_token × block_size
+    uint32_t max_blocks_per_seq = 0;  // blocks one sequence of max_model_len holds at once
+    uint64_t n_blocks = 0;            // blocks in the pool
+};
+
+struct RuntimeBreakdown {
+    uint64_t thread_stacks_bytes = 0;
+    uint64_t tokenizer_bytes = 0;
+    uint64_t sequences_bytes = 0;     // token lists and block tables of max_num_seqs sequences
+    uint64_t prefix_index_bytes = 0;  // the prefix cache's hash index over all blocks
+    uint64_t total() const {
+        return thread_stacks_bytes + tokenizer_bytes + sequences_bytes + prefix_index_bytes;
+    }
+};
+
+struct MemoryPlan {
+    EngineConfig config;  // with defaults resolved
+    BudgetSpec budget_spec;
+    uint64_t budget_bytes = 0;
+
+    uint64_t weights_bytes = 0;
+    std::vector<KvGroupPlan> kv_groups;
+    uint64_t kv_bytes_per_token = 0;  // all layers as if every layer were full attention
+    uint64_t kv_bytes_per_seq = 0;    // one sequence of max_model_len (windows applied)
+    uint64_t kv_cache_bytes = 0;      // the pool: Σ n_blocks × block_bytes
+    ActivationLayout activations;
+    RuntimeBreakdown runtime;
+
+    bool fits = false;    // the pool holds one sequence of max_model_len
+    std::string refusal;  // when !fits: the numbers and each fix with its effect
+    uint32_t max_num_seqs_at_max_model_len = 0;
+    uint32_t max_model_len_at_max_num_seqs = 0;
+
+    uint64_t activations_bytes() const { return activations.total_bytes; }
+    uint64_t runtime_bytes() const { return runtime.total(); }
+    uint64_t total_bytes() const {
+        return weights_bytes + kv_cache_bytes + activations_bytes() + runtime_bytes();
+    }
+};
+
+// The KV layer groups of a model (without pool sizes).
+std::vector<KvGroupPlan> kv_groups_for(const HParams& hp, const EngineConfig& config);
+
+// Resolves defaults and computes every term. Never throws for a configuration
+// that does not fit: `fits` is false and `refusal` says why and what to change.
+// Throws headroom::Error for an invalid configuration (zero block size...).
+MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config,
+                       const BudgetSpec& budget);
+
+}  // namespace headroom

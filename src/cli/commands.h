@@ -10,5 +10,6 @@ namespace headroom::cli {
 void add_inspect_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
 
 }  // namespace headroom::cli

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
     headroom::cli::add_inspect_command(app);
     headroom::cli::add_quantize_command(app);
     headroom::cli::add_synth_command(app);
+    headroom::cli::add_eval_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

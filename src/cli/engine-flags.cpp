@@ -1,0 +1,57 @@
+#include "cli/engine-flags.h"
+
+#include "core/error.h"
+#include "core/thread-pool.h"
+#include "core/units.h"
+#include "memory/budget.h"
+
+namespace headroom::cli {
+
+void add_engine_flags(CLI::App* cmd, EngineFlags& f, uint32_t default_num_seqs) {
+    cmd->add_option("-m,--model", f.model, "GGUF file or short model name (smollm2-135m, gemma3-270m)")
+        ->capture_default_str();
+    auto* mem = cmd->add_option("--mem-fraction", f.mem_fraction,
+                                "Fraction of device memory (CPU: min(MemAvailable, cgroup limit)) for "
+                                "weights, KV cache, activations and runtime together")
+                    ->capture_default_str()
+                    ->check(CLI::Range(0.01, 1.0));
+    cmd->add_option("--kv-cache-memory", f.kv_cache_memory,
+                    "Give the KV cache exactly this much (512MiB, 2GiB...) instead of what "
+                    "--mem-fraction leaves")
+        ->excludes(mem);
+    cmd->add_option("--max-model-len", f.max_model_len,
+                    "Longest sequence, prompt plus output (default: the model's trained context)");
+    cmd->add_option("--max-num-seqs", f.max_num_seqs,
+                    "Most sequences running at once (default: " + std::to_string(default_num_seqs) + ")");
+    cmd->add_option("--max-num-batched-tokens", f.max_num_batched_tokens,
+                    "Most tokens in one forward step; sizes the activation arena (default: 512)");
+    cmd->add_option("--block-size", f.block_size, "Tokens per KV block")->capture_default_str();
+    cmd->add_option("--kv-dtype", f.kv_dtype, "KV cache element type: f16, bf16, f32 or q8_0")
+        ->capture_default_str();
+    cmd->add_option("-t,--threads", f.threads, "Worker threads (default: physical cores)");
+    cmd->add_flag("--enable-prefix-caching,!--no-prefix-caching", f.prefix_caching,
+                  "Prefix caching (on by default): requests sharing a prompt prefix reuse its KV "
+                  "blocks");
+}
+
+RunnerOptions runner_options(const EngineFlags& f, uint32_t default_num_seqs) {
+    RunnerOptions o;
+    o.config.max_model_len = f.max_model_len;
+    o.config.max_num_seqs = f.max_num_seqs ? f.max_num_seqs : default_num_seqs;
+    o.config.max_num_batched_tokens = f.max_num_batched_tokens;
+    o.config.block_size = f.block_size;
+    const auto dtype = kv_dtype_from_name(f.kv_dtype);
+    if (!dtype) fail("--kv-dtype '{}': expected f16, bf16, f32 or q8_0", f.kv_dtype);
+    o.config.kv_dtype = *dtype;
+    o.config.n_threads = static_cast<uint32_t>(f.threads > 0 ? f.threads : physical_core_count());
+    o.prefix_caching = f.prefix_caching;
+    if (!f.kv_cache_memory.empty()) {
+        o.budget.kv_cache_bytes = parse_bytes_or_throw(f.kv_cache_memory, "--kv-cache-memory");
+        if (o.budget.kv_cache_bytes == 0) fail("--kv-cache-memory must be more than 0");
+    }
+    o.budget.device_bytes = detect_host_memory().total_bytes;
+    o.budget.mem_fraction = f.mem_fraction;
+    return o;
+}
+
+}  // namespace headroom::cli

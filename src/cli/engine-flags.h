@@ -1,0 +1,32 @@
+// The memory and engine flags `run`, `serve`, `bench` and `eval` share, and
+// how they become a runner configuration.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "engine/runner.h"
+
+namespace headroom::cli {
+
+struct EngineFlags {
+    std::string model = "smollm2-135m";
+    double mem_fraction = 0.9;
+    std::string kv_cache_memory;  // e.g. "512MiB"; empty: use --mem-fraction
+    uint32_t max_model_len = 0;
+    uint32_t max_num_seqs = 0;    // 0: the command's default
+    uint32_t max_num_batched_tokens = 0;
+    uint32_t block_size = 16;
+    std::string kv_dtype = "f16";
+    int threads = 0;              // 0: physical cores
+    bool prefix_caching = true;
+};
+
+// Registers the flags on `cmd`; `default_num_seqs` is shown as the default of --max-num-seqs.
+void add_engine_flags(CLI::App* cmd, EngineFlags& flags, uint32_t default_num_seqs);
+
+// Resolves flags into runner options (detecting host memory for --mem-fraction).
+// Throws headroom::Error for a bad value, naming the flag.
+RunnerOptions runner_options(const EngineFlags& flags, uint32_t default_num_seqs);
+
+}  // namespace headroom::cli

@@ -1,0 +1,122 @@
+// headroom eval: score a token sequence (perplexity) and optionally dump
+// every position's logits, for checking headroom against other engines.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/engine-flags.h"
+#include "core/error.h"
+#include "format/gguf-reader.h"
+#include "model/registry.h"
+
+namespace headroom::cli {
+
+namespace {
+
+std::vector<int32_t> parse_token_list(const std::string& s) {
+    std::vector<int32_t> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        try {
+            size_t used = 0;
+            const long v = std::stol(item, &used);
+            if (used != item.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(item);
+            out.push_back(static_cast<int32_t>(v));
+        } catch (const std::exception&) {
+            fail("--tokens: '{}' is not a token id, expected comma-separated integers", item);
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app) {
+    struct Opts {
+        EngineFlags engine;
+        std::string tokens;
+        std::string logits_out;
+        uint32_t ctx = 0;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = app.add_subcommand(
+        "eval", "Score a token sequence: perplexity over windows of --ctx tokens (the second half of "
+                "each window is scored, as llama.cpp's perplexity tool does), and optionally dump logits");
+    add_engine_flags(cmd, o->engine, 1);
+    cmd->add_option("--tokens", o->tokens, "Comma-separated token ids to score")->required();
+    cmd->add_option("--logits-out", o->logits_out,
+                    "Write every position's logits here: float32, (n_tokens, n_vocab), row-major");
+    cmd->add_option("--ctx", o->ctx, "Window size in tokens (default: all tokens in one window)");
+    cmd->callback([o] {
+        const auto file = gguf::GgufFile::open(resolve_model_path(o->engine.model));
+        const auto model = Model::load(file);
+        const ModelDesc desc = describe_gguf(file);
+        const std::vector<int32_t> tokens = parse_token_list(o->tokens);
+        if (tokens.size() < 2) fail("--tokens: need at least 2 tokens to score");
+        const uint32_t n_vocab = model->hparams().n_vocab;
+        for (int32_t t : tokens)
+            if (static_cast<uint32_t>(t) >= n_vocab) fail("--tokens: id {} is outside the vocabulary of {}", t, n_vocab);
+        const uint32_t ctx = o->ctx ? o->ctx : static_cast<uint32_t>(tokens.size());
+        RunnerOptions ro = runner_options(o->engine, 1);
+        if (ro.config.max_model_len == 0) ro.config.max_model_len = ctx;
+        if (ro.config.max_model_len < ctx) fail("--ctx {} exceeds --max-model-len {}", ctx, ro.config.max_model_len);
+        if (ro.config.max_num_batched_tokens == 0) ro.config.max_num_batched_tokens = std::min<uint32_t>(ctx, 512);
+        ro.config.max_logit_rows = ro.config.max_num_batched_tokens;
+        ro.prefix_caching = false;
+        Ledger ledger;
+        Runner runner(*model, desc, ro, ledger);
+        Runner::prefault_weights(*model, true);
+
+        std::unique_ptr<FILE, int (*)(FILE*)> out(nullptr, &std::fclose);
+        if (!o->logits_out.empty()) {
+            out.reset(std::fopen(o->logits_out.c_str(), "wb"));
+            if (!out) fail("--logits-out {}: cannot create", o->logits_out);
+        }
+        Batch batch;
+        const uint32_t step = runner.plan().config.max_num_batched_tokens;
+        batch.reserve(step, 1, step);
+        double nll = 0;
+        uint64_t n_scored = 0;
+        const auto start = std::chrono::steady_clock::now();
+        for (size_t w0 = 0; w0 < tokens.size(); w0 += ctx) {
+            const size_t w1 = std::min(tokens.size(), w0 + ctx);
+            SeqKv seq;
+            for (size_t c0 = w0; c0 < w1; c0 += step) {
+                const size_t c1 = std::min(w1, c0 + step);
+                if (!runner.cache().grow(seq, static_cast<uint32_t>(c1 - c0)))
+                    fail("internal: KV pool too small for one window");
+                batch.clear();
+                const uint32_t s = batch.add_seq(&seq);
+                for (size_t i = c0; i < c1; ++i) batch.add_token(tokens[i], static_cast<uint32_t>(i - w0), s, true);
+                const float* logits = runner.forward(batch);
+                if (out && std::fwrite(logits, sizeof(float) * n_vocab, c1 - c0, out.get()) != c1 - c0)
+                    fail("--logits-out {}: write failed", o->logits_out);
+                // Score predictions of tokens in the window's second half.
+                for (size_t i = c0; i < c1; ++i) {
+                    if (i + 1 >= w1 || i - w0 < (w1 - w0) / 2) continue;
+                    const float* row = logits + (i - c0) * n_vocab;
+                    float mx = row[0];
+                    for (uint32_t v = 1; v < n_vocab; ++v) mx = std::max(mx, row[v]);
+                    double sum = 0;
+                    for (uint32_t v = 0; v < n_vocab; ++v) sum += std::exp(static_cast<double>(row[v] - mx));
+                    nll += std::log(sum) + mx - row[tokens[i + 1]];
+                    ++n_scored;
+                }
+            }
+            runner.cache().free(seq);
+        }
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (n_scored) fmt::print("perplexity {:.4f} over {} predictions\n", std::exp(nll / n_scored), n_scored);
+        fmt::print(stderr, "{} tokens in {:.2f}s ({:.1f} tokens/s), kv {}\n", tokens.size(), seconds,
+                   tokens.size() / seconds, name(runner.plan().config.kv_dtype));
+    });
+}
+
+}  // namespace headroom::cli

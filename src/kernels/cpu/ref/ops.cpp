@@ -1,0 +1,93 @@
+// The reference backend: plain loops, f32 everywhere, weights dequantized a
+// row at a time. Slow and obviously right; the fast backends are tested
+// against it.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/thread-pool.h"
+#include "kernels/cpu/ref/quant.h"
+#include "kernels/kernels.h"
+#include "memory/kv-cache.h"
+
+namespace headroom::kernels {
+
+namespace {
+
+Acts ref_prepare(const float* x, int64_t n_tokens, int64_t n, TensorType, const Context&) {
+    Acts a;
+    a.f32 = x;
+    a.n_tokens = n_tokens;
+    a.n = n;
+    return a;
+}
+
+// y[t, r] = sum_i x[t, i] * W[r, i], W's row dequantized to f32 first.
+void ref_matmul(const Matrix& w, const Acts& x, float* y, const Context& ctx) {
+    ctx.pool->parallel_for(w.n_rows, [&](int64_t begin, int64_t end, int thread) {
+        auto* row = reinterpret_cast<float*>(ctx.thread_scratch(thread));  // (n_cols)
+        for (int64_t r = begin; r < end; ++r) {
+            ref::dequantize_row(w.type, w.data + static_cast<uint64_t>(r) * w.row_bytes, row, w.n_cols);
+            for (int64_t t = 0; t < x.n_tokens; ++t) {
+                const float* xt = x.f32 + t * x.n;
+                float sum = 0;
+                for (int64_t i = 0; i < w.n_cols; ++i) sum += xt[i] * row[i];
+                y[t * w.n_rows + r] = sum;
+            }
+        }
+    });
+}
+
+// For one (token, head): keys p0..p of the token's sequence, visited block by
+// block; s = scale * q·k; online softmax: m = running max, l = running sum
+// of e^(s - m), acc = running sum of e^(s - m) * v.
+void ref_attention(const AttentionArgs& a, const Context& ctx) {
+    const uint32_t group = a.n_head / a.n_head_kv;
+    const uint32_t bs = a.cache->block_size();
+    const TensorType kv_type = tensor_type(a.cache->dtype());
+    const size_t g = a.cache->group_of_layer(a.layer);
+    ctx.pool->parallel_for(a.n_tokens * a.n_head, [&](int64_t begin, int64_t end, int thread) {
+        auto* k = reinterpret_cast<float*>(ctx.thread_scratch(thread));  // (head_dim_k)
+        float* v = k + a.head_dim_k;                                      // (head_dim_v)
+        float* acc = v + a.head_dim_v;                                    // (head_dim_v)
+        for (int64_t job = begin; job < end; ++job) {
+            const int64_t t = job / a.n_head;
+            const uint32_t h = static_cast<uint32_t>(job % a.n_head);
+            const uint32_t kv_h = h / group;
+            const uint32_t pos = a.positions[t];
+            const SeqKv& seq = *a.seqs[a.seq_of_token[t]];
+            const uint32_t first = a.window && pos + 1 > a.window ? pos + 1 - a.window : 0;
+            const float* q = a.q + (t * a.n_head + h) * a.head_dim_k;
+            float m = -std::numeric_limits<float>::infinity(), l = 0;
+            std::fill(acc, acc + a.head_dim_v, 0.0f);
+            for (uint32_t p = first; p <= pos; ++p) {
+                const int32_t block = seq.tables[g][p / bs];
+                const uint32_t slot = p % bs;
+                ref::dequantize_row(kv_type, a.cache->k_block(block, a.layer, kv_h) + slot * a.cache->k_row_bytes(),
+                                    k, a.head_dim_k);
+                float s = 0;
+                for (uint32_t i = 0; i < a.head_dim_k; ++i) s += q[i] * k[i];
+                s *= a.scale;
+                const float m_new = std::max(m, s);
+                const float correction = std::exp(m - m_new);
+                const float weight = std::exp(s - m_new);
+                ref::dequantize_row(kv_type, a.cache->v_block(block, a.layer, kv_h) + slot * a.cache->v_row_bytes(),
+                                    v, a.head_dim_v);
+                for (uint32_t i = 0; i < a.head_dim_v; ++i) acc[i] = acc[i] * correction + weight * v[i];
+                l = l * correction + weight;
+                m = m_new;
+            }
+            float* out = a.out + (t * a.n_head + h) * a.head_dim_v;
+            for (uint32_t i = 0; i < a.head_dim_v; ++i) out[i] = acc[i] / l;
+        }
+    });
+}
+
+}  // namespace
+
+const Ops& ref_ops() {
+    static const Ops kOps = {"ref", ref_prepare, ref_matmul, ref_attention};
+    return kOps;
+}
+
+}  // namespace headroom::kernels

@@ -1,0 +1,122 @@
+// The kernel interface the forward pass calls. Each backend (the scalar
+// reference in cpu/ref, AVX2 and AVX-512 in cpu/x86, later CUDA) fills one
+// table of functions; ops() picks the best one this CPU supports at start-up
+// (HEADROOM_ISA=ref|avx2|avx512 overrides). The reference is the spec:
+// every fast kernel is tested against it.
+//
+// Conventions: activations are f32 and row-major, one row per token;
+// weights are rows of a GGUF tensor (ne[0] = n_cols contiguous elements in
+// the tensor's type, ne[1] = n_rows). Kernels never allocate: scratch comes
+// from the activation arena through Context.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "format/tensor-type.h"
+#include "memory/kv-dtype.h"
+
+namespace headroom {
+class ThreadPool;
+class KvCache;
+struct SeqKv;
+}  // namespace headroom
+
+namespace headroom::kernels {
+
+// W (n_rows, n_cols) in `type`.
+struct Matrix {
+    const uint8_t* data = nullptr;
+    TensorType type = TensorType::F32;
+    int64_t n_rows = 0;
+    int64_t n_cols = 0;
+    uint64_t row_bytes = 0;
+};
+
+struct Context {
+    ThreadPool* pool = nullptr;
+    uint8_t* scratch = nullptr;  // n_threads × scratch_per_thread_bytes
+    uint64_t scratch_per_thread_bytes = 0;
+    uint8_t* acts_q = nullptr;   // quantized activations
+    uint64_t acts_q_bytes = 0;
+    uint8_t* thread_scratch(int i) const { return scratch + scratch_per_thread_bytes * static_cast<uint64_t>(i); }
+};
+
+// Activations x (n_tokens, n) prepared for matmuls against weights of one
+// type: some kernels quantize x (to Q8_0, Q8_K...) into Context::acts_q.
+struct Acts {
+    const float* f32 = nullptr;  // (n_tokens, n)
+    int64_t n_tokens = 0;
+    int64_t n = 0;
+    TensorType q_type = TensorType::F32;  // F32: not quantized
+    const uint8_t* q = nullptr;           // (n_tokens, q_row_bytes)
+    uint64_t q_row_bytes = 0;
+};
+
+enum class RopeMode { Normal, NeoX };
+
+struct RopeArgs {
+    uint32_t n_head = 0;
+    uint32_t head_dim = 0;
+    uint32_t n_rot = 0;              // leading dims rotated (even)
+    float base = 10000.0f;
+    float position_scale = 1.0f;     // linear RoPE scaling: theta uses pos × scale
+    const float* freq_factors = nullptr;  // (n_rot / 2), divides each frequency (Llama 3.1)
+    RopeMode mode = RopeMode::Normal;
+};
+
+// One forward call's attention for one layer: every token of the batch
+// attends, causally, to its own sequence's cached keys and values.
+struct AttentionArgs {
+    const float* q = nullptr;  // (n_tokens, n_head, head_dim_k)
+    float* out = nullptr;      // (n_tokens, n_head, head_dim_v)
+    int64_t n_tokens = 0;
+    const uint32_t* positions = nullptr;  // (n_tokens)
+    const uint32_t* seq_of_token = nullptr;  // (n_tokens) index into seqs
+    std::span<const SeqKv* const> seqs;
+    const KvCache* cache = nullptr;
+    uint32_t layer = 0;
+    uint32_t n_head = 0;
+    uint32_t n_head_kv = 0;
+    uint32_t head_dim_k = 0;
+    uint32_t head_dim_v = 0;
+    float scale = 1.0f;   // applied to q·k
+    uint32_t window = 0;  // 0: full attention; else keys p - window + 1 .. p
+};
+
+struct Ops {
+    const char* name;
+    // Prepares x (n_tokens, n) for weights of type `wtype`.
+    Acts (*prepare)(const float* x, int64_t n_tokens, int64_t n, TensorType wtype, const Context& ctx);
+    // y (n_tokens, w.n_rows) = x (n_tokens, w.n_cols) @ W^T. Each y element's
+    // reduction order depends only on its row and column, never on n_tokens
+    // (batch invariance).
+    void (*matmul)(const Matrix& w, const Acts& x, float* y, const Context& ctx);
+    // Flash-style attention over KV blocks: online softmax over tiles of keys.
+    void (*attention)(const AttentionArgs& args, const Context& ctx);
+};
+
+// Best backend for this CPU (or HEADROOM_ISA).
+const Ops& ops();
+const Ops& ref_ops();
+// nullptr when the CPU lacks the ISA or it is not built.
+const Ops* avx2_ops();
+const Ops* avx512_ops();
+
+// ---- elementwise ops (reference implementations, fast enough: O(n)) ----
+
+// out[t] = x[t] / rms(x[t]) * (w + weight_offset); out may equal x.
+void rmsnorm(const float* x, const float* w, float weight_offset, float eps, int64_t n_tokens,
+             int64_t n, float* out);
+// Rotates x (n_tokens, n_head, head_dim) in place at each token's position.
+void rope(float* x, int64_t n_tokens, const uint32_t* positions, const RopeArgs& args);
+// gate = silu(gate) * up  (SwiGLU), n elements.
+void silu_mul(float* gate, const float* up, int64_t n);
+// gate = gelu_tanh(gate) * up  (GeGLU, Gemma).
+void gelu_mul(float* gate, const float* up, int64_t n);
+// x += y, n elements.
+void add(float* x, const float* y, int64_t n);
+// Stores one row (n floats) as `dtype` (K/V into the cache).
+void store_row(const float* x, int64_t n, KvDtype dtype, uint8_t* dst);
+
+}  // namespace headroom::kernels

@@ -14,7 +14,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 pip="$venv/bin/pip"
 "$pip" install -q --upgrade pip
-"$pip" install -q "numpy>=1.26" "gguf==0.19.0"
+"$pip" install -q "numpy>=1.26" "gguf==0.19.0" accelerate
 if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
   "$pip" install -q torch --index-url https://download.pytorch.org/whl/cpu 2>/dev/null ||
     "$pip" install -q torch

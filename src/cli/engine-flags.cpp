@@ -8,21 +8,24 @@
 namespace headroom::cli {
 
 void add_engine_flags(CLI::App* cmd, EngineFlags& f, uint32_t default_num_seqs) {
-    cmd->add_option("-m,--model", f.model, "GGUF file or short model name (smollm2-135m, gemma3-270m)")
+    cmd->add_option("-m,--model", f.model,
+                    "GGUF file or short model name (smollm2-135m, gemma3-270m)")
         ->capture_default_str();
-    auto* mem = cmd->add_option("--mem-fraction", f.mem_fraction,
-                                "Fraction of device memory (CPU: min(MemAvailable, cgroup limit)) for "
-                                "weights, KV cache, activations and runtime together")
-                    ->capture_default_str()
-                    ->check(CLI::Range(0.01, 1.0));
+    auto* mem =
+        cmd->add_option("--mem-fraction", f.mem_fraction,
+                        "Fraction of device memory (CPU: min(MemAvailable, cgroup limit)) for "
+                        "weights, KV cache, activations and runtime together")
+            ->capture_default_str()
+            ->check(CLI::Range(0.01, 1.0));
     cmd->add_option("--kv-cache-memory", f.kv_cache_memory,
                     "Give the KV cache exactly this much (512MiB, 2GiB...) instead of what "
                     "--mem-fraction leaves")
         ->excludes(mem);
     cmd->add_option("--max-model-len", f.max_model_len,
                     "Longest sequence, prompt plus output (default: the model's trained context)");
-    cmd->add_option("--max-num-seqs", f.max_num_seqs,
-                    "Most sequences running at once (default: " + std::to_string(default_num_seqs) + ")");
+    cmd->add_option(
+        "--max-num-seqs", f.max_num_seqs,
+        "Most sequences running at once (default: " + std::to_string(default_num_seqs) + ")");
     cmd->add_option("--max-num-batched-tokens", f.max_num_batched_tokens,
                     "Most tokens in one forward step; sizes the activation arena (default: 512)");
     cmd->add_option("--block-size", f.block_size, "Tokens per KV block")->capture_default_str();

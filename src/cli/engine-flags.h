@@ -14,11 +14,11 @@ struct EngineFlags {
     double mem_fraction = 0.9;
     std::string kv_cache_memory;  // e.g. "512MiB"; empty: use --mem-fraction
     uint32_t max_model_len = 0;
-    uint32_t max_num_seqs = 0;    // 0: the command's default
+    uint32_t max_num_seqs = 0;  // 0: the command's default
     uint32_t max_num_batched_tokens = 0;
     uint32_t block_size = 16;
     std::string kv_dtype = "f16";
-    int threads = 0;              // 0: physical cores
+    int threads = 0;  // 0: physical cores
     bool prefix_caching = true;
 };
 

@@ -47,8 +47,9 @@ void add_eval_command(CLI::App& app) {
     };
     auto o = std::make_shared<Opts>();
     auto* cmd = app.add_subcommand(
-        "eval", "Score a token sequence: perplexity over windows of --ctx tokens (the second half of "
-                "each window is scored, as llama.cpp's perplexity tool does), and optionally dump logits");
+        "eval",
+        "Score a token sequence: perplexity over windows of --ctx tokens (the second half of "
+        "each window is scored, as llama.cpp's perplexity tool does), and optionally dump logits");
     add_engine_flags(cmd, o->engine, 1);
     cmd->add_option("--tokens", o->tokens, "Comma-separated token ids to score")->required();
     cmd->add_option("--logits-out", o->logits_out,
@@ -62,12 +63,15 @@ void add_eval_command(CLI::App& app) {
         if (tokens.size() < 2) fail("--tokens: need at least 2 tokens to score");
         const uint32_t n_vocab = model->hparams().n_vocab;
         for (int32_t t : tokens)
-            if (static_cast<uint32_t>(t) >= n_vocab) fail("--tokens: id {} is outside the vocabulary of {}", t, n_vocab);
+            if (static_cast<uint32_t>(t) >= n_vocab)
+                fail("--tokens: id {} is outside the vocabulary of {}", t, n_vocab);
         const uint32_t ctx = o->ctx ? o->ctx : static_cast<uint32_t>(tokens.size());
         RunnerOptions ro = runner_options(o->engine, 1);
         if (ro.config.max_model_len == 0) ro.config.max_model_len = ctx;
-        if (ro.config.max_model_len < ctx) fail("--ctx {} exceeds --max-model-len {}", ctx, ro.config.max_model_len);
-        if (ro.config.max_num_batched_tokens == 0) ro.config.max_num_batched_tokens = std::min<uint32_t>(ctx, 512);
+        if (ro.config.max_model_len < ctx)
+            fail("--ctx {} exceeds --max-model-len {}", ctx, ro.config.max_model_len);
+        if (ro.config.max_num_batched_tokens == 0)
+            ro.config.max_num_batched_tokens = std::min<uint32_t>(ctx, 512);
         ro.config.max_logit_rows = ro.config.max_num_batched_tokens;
         ro.prefix_caching = false;
         Ledger ledger;
@@ -94,9 +98,11 @@ void add_eval_command(CLI::App& app) {
                     fail("internal: KV pool too small for one window");
                 batch.clear();
                 const uint32_t s = batch.add_seq(&seq);
-                for (size_t i = c0; i < c1; ++i) batch.add_token(tokens[i], static_cast<uint32_t>(i - w0), s, true);
+                for (size_t i = c0; i < c1; ++i)
+                    batch.add_token(tokens[i], static_cast<uint32_t>(i - w0), s, true);
                 const float* logits = runner.forward(batch);
-                if (out && std::fwrite(logits, sizeof(float) * n_vocab, c1 - c0, out.get()) != c1 - c0)
+                if (out &&
+                    std::fwrite(logits, sizeof(float) * n_vocab, c1 - c0, out.get()) != c1 - c0)
                     fail("--logits-out {}: write failed", o->logits_out);
                 // Score predictions of tokens in the window's second half.
                 for (size_t i = c0; i < c1; ++i) {
@@ -105,17 +111,21 @@ void add_eval_command(CLI::App& app) {
                     float mx = row[0];
                     for (uint32_t v = 1; v < n_vocab; ++v) mx = std::max(mx, row[v]);
                     double sum = 0;
-                    for (uint32_t v = 0; v < n_vocab; ++v) sum += std::exp(static_cast<double>(row[v] - mx));
+                    for (uint32_t v = 0; v < n_vocab; ++v)
+                        sum += std::exp(static_cast<double>(row[v] - mx));
                     nll += std::log(sum) + mx - row[tokens[i + 1]];
                     ++n_scored;
                 }
             }
             runner.cache().free(seq);
         }
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (n_scored) fmt::print("perplexity {:.4f} over {} predictions\n", std::exp(nll / n_scored), n_scored);
-        fmt::print(stderr, "{} tokens in {:.2f}s ({:.1f} tokens/s), kv {}\n", tokens.size(), seconds,
-                   tokens.size() / seconds, name(runner.plan().config.kv_dtype));
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (n_scored)
+            fmt::print("perplexity {:.4f} over {} predictions\n", std::exp(nll / n_scored),
+                       n_scored);
+        fmt::print(stderr, "{} tokens in {:.2f}s ({:.1f} tokens/s), kv {}\n", tokens.size(),
+                   seconds, tokens.size() / seconds, name(runner.plan().config.kv_dtype));
     });
 }
 

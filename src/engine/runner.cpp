@@ -10,7 +10,8 @@
 
 namespace headroom {
 
-Runner::Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& options, Ledger& ledger)
+Runner::Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& options,
+               Ledger& ledger)
     : model_(model),
       plan_(plan_memory(desc, options.config, options.budget)),
       ledger_(ledger),
@@ -51,14 +52,16 @@ void Runner::prefault_weights(const Model& model, bool progress) {
     // the lowest to the highest tensor address.
     const auto& w = model.weights();
     const uint8_t* lo = w.tok_embd.data;
-    const uint8_t* hi = w.tok_embd.data + w.tok_embd.row_bytes * static_cast<uint64_t>(w.tok_embd.n_rows);
+    const uint8_t* hi =
+        w.tok_embd.data + w.tok_embd.row_bytes * static_cast<uint64_t>(w.tok_embd.n_rows);
     auto extend = [&](const kernels::Matrix& m) {
         lo = std::min(lo, m.data);
         hi = std::max(hi, m.data + m.row_bytes * static_cast<uint64_t>(m.n_rows));
     };
     extend(w.output);
     for (const auto& l : w.layers)
-        for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) extend(*m);
+        for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+            extend(*m);
     const uint64_t n_bytes = static_cast<uint64_t>(hi - lo);
     constexpr uint64_t kPage = 4096;
     constexpr uint64_t kChunk = 64ull << 20;
@@ -67,7 +70,8 @@ void Runner::prefault_weights(const Model& model, bool progress) {
     for (uint64_t off = 0; off < n_bytes; off += kChunk) {
         const uint64_t n = std::min(kChunk, n_bytes - off);
         const auto* base = lo + off;
-        ::madvise(const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(base) & ~(kPage - 1))),
+        ::madvise(const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(
+                      reinterpret_cast<uintptr_t>(base) & ~(kPage - 1))),
                   n + (reinterpret_cast<uintptr_t>(base) & (kPage - 1)), MADV_WILLNEED);
         uint8_t acc = 0;
         for (uint64_t i = 0; i < n; i += kPage) acc ^= base[i];

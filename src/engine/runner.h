@@ -25,7 +25,7 @@ struct RunnerOptions {
 };
 
 class Runner {
-public:
+  public:
     // Plans memory with `desc` (whose tokenizer_bytes should be the loaded
     // tokenizer's), refuses a configuration that cannot serve one sequence
     // of max_model_len (headroom::Error carrying the plan's refusal), then
@@ -51,7 +51,7 @@ public:
     // first request (and RSS shows them). Reports progress on stderr if asked.
     static void prefault_weights(const Model& model, bool progress);
 
-private:
+  private:
     const Model& model_;
     MemoryPlan plan_;
     Ledger& ledger_;

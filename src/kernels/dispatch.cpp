@@ -6,8 +6,12 @@
 
 namespace headroom::kernels {
 
-const Ops* avx2_ops() { return nullptr; }
-const Ops* avx512_ops() { return nullptr; }
+const Ops* avx2_ops() {
+    return nullptr;
+}
+const Ops* avx512_ops() {
+    return nullptr;
+}
 
 namespace {
 

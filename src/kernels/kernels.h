@@ -37,9 +37,11 @@ struct Context {
     ThreadPool* pool = nullptr;
     uint8_t* scratch = nullptr;  // n_threads × scratch_per_thread_bytes
     uint64_t scratch_per_thread_bytes = 0;
-    uint8_t* acts_q = nullptr;   // quantized activations
+    uint8_t* acts_q = nullptr;  // quantized activations
     uint64_t acts_q_bytes = 0;
-    uint8_t* thread_scratch(int i) const { return scratch + scratch_per_thread_bytes * static_cast<uint64_t>(i); }
+    uint8_t* thread_scratch(int i) const {
+        return scratch + scratch_per_thread_bytes * static_cast<uint64_t>(i);
+    }
 };
 
 // Activations x (n_tokens, n) prepared for matmuls against weights of one
@@ -58,9 +60,9 @@ enum class RopeMode { Normal, NeoX };
 struct RopeArgs {
     uint32_t n_head = 0;
     uint32_t head_dim = 0;
-    uint32_t n_rot = 0;              // leading dims rotated (even)
+    uint32_t n_rot = 0;  // leading dims rotated (even)
     float base = 10000.0f;
-    float position_scale = 1.0f;     // linear RoPE scaling: theta uses pos × scale
+    float position_scale = 1.0f;          // linear RoPE scaling: theta uses pos × scale
     const float* freq_factors = nullptr;  // (n_rot / 2), divides each frequency (Llama 3.1)
     RopeMode mode = RopeMode::Normal;
 };
@@ -71,7 +73,7 @@ struct AttentionArgs {
     const float* q = nullptr;  // (n_tokens, n_head, head_dim_k)
     float* out = nullptr;      // (n_tokens, n_head, head_dim_v)
     int64_t n_tokens = 0;
-    const uint32_t* positions = nullptr;  // (n_tokens)
+    const uint32_t* positions = nullptr;     // (n_tokens)
     const uint32_t* seq_of_token = nullptr;  // (n_tokens) index into seqs
     std::span<const SeqKv* const> seqs;
     const KvCache* cache = nullptr;
@@ -87,7 +89,8 @@ struct AttentionArgs {
 struct Ops {
     const char* name;
     // Prepares x (n_tokens, n) for weights of type `wtype`.
-    Acts (*prepare)(const float* x, int64_t n_tokens, int64_t n, TensorType wtype, const Context& ctx);
+    Acts (*prepare)(const float* x, int64_t n_tokens, int64_t n, TensorType wtype,
+                    const Context& ctx);
     // y (n_tokens, w.n_rows) = x (n_tokens, w.n_cols) @ W^T. Each y element's
     // reduction order depends only on its row and column, never on n_tokens
     // (batch invariance).

@@ -5,8 +5,8 @@
 // gated FFN; tied embeddings.
 //
 // Per layer, for tokens x (T, n_embd):
-//   h = x + post_attn_norm(Wo · attention(rope(qnorm(Wq · norm(x))), rope(knorm(Wk · norm(x))), Wv · norm(x)))
-//   x = h + post_ffn_norm(Wdown · (gelu(Wgate · ffn_norm(h)) ⊙ Wup · ffn_norm(h)))
+//   h = x + post_attn_norm(Wo · attention(rope(qnorm(Wq · norm(x))), rope(knorm(Wk · norm(x))), Wv
+//   · norm(x))) x = h + post_ffn_norm(Wdown · (gelu(Wgate · ffn_norm(h)) ⊙ Wup · ffn_norm(h)))
 #include <fmt/format.h>
 
 #include <cmath>
@@ -21,7 +21,7 @@ namespace headroom {
 namespace {
 
 class Gemma3Model final : public Model {
-public:
+  public:
     Gemma3Model(const gguf::GgufFile& file, HParams hp) : Model(file, std::move(hp)) {
         const auto& h = hp_;
         const int64_t q_dim = int64_t{h.n_head} * h.head_dim_k;
@@ -75,9 +75,13 @@ public:
         for (uint32_t il = 0; il < h.n_layer; ++il) {
             const LayerWeights& l = w_.layers[il];
             const bool local = h.layer_is_swa[il];
-            kernels::RopeArgs rope_q{h.n_head, h.head_dim_k, h.n_rot,
+            kernels::RopeArgs rope_q{h.n_head,
+                                     h.head_dim_k,
+                                     h.n_rot,
                                      local ? h.rope_base_local : h.rope_base,
-                                     local ? 1.0f : h.rope_scale, nullptr, kernels::RopeMode::NeoX};
+                                     local ? 1.0f : h.rope_scale,
+                                     nullptr,
+                                     kernels::RopeMode::NeoX};
             kernels::RopeArgs rope_k = rope_q;
             rope_k.n_head = h.n_head_kv;
 
@@ -89,7 +93,8 @@ public:
             if (l.wv.type != l.wk.type) acts = ops.prepare(buf.xb, T, h.n_embd, l.wv.type, buf.ctx);
             ops.matmul(l.wv, acts, buf.v, buf.ctx);
             kernels::rmsnorm(buf.q, l.q_norm, 0.0f, h.rms_eps, T * h.n_head, h.head_dim_k, buf.q);
-            kernels::rmsnorm(buf.k, l.k_norm, 0.0f, h.rms_eps, T * h.n_head_kv, h.head_dim_k, buf.k);
+            kernels::rmsnorm(buf.k, l.k_norm, 0.0f, h.rms_eps, T * h.n_head_kv, h.head_dim_k,
+                             buf.k);
             kernels::rope(buf.q, T, batch.positions.data(), rope_q);
             kernels::rope(buf.k, T, batch.positions.data(), rope_k);
             write_kv(batch, cache, il, buf.k, buf.v);
@@ -104,7 +109,8 @@ public:
             kernels::rmsnorm(buf.x, l.ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb);
             acts = ops.prepare(buf.xb, T, h.n_embd, l.w_gate.type, buf.ctx);
             ops.matmul(l.w_gate, acts, buf.gate, buf.ctx);
-            if (l.w_up.type != l.w_gate.type) acts = ops.prepare(buf.xb, T, h.n_embd, l.w_up.type, buf.ctx);
+            if (l.w_up.type != l.w_gate.type)
+                acts = ops.prepare(buf.xb, T, h.n_embd, l.w_up.type, buf.ctx);
             ops.matmul(l.w_up, acts, buf.up, buf.ctx);
             kernels::gelu_mul(buf.gate, buf.up, T * h.n_ff);
             acts = ops.prepare(buf.gate, T, h.n_ff, l.w_down.type, buf.ctx);

@@ -18,7 +18,7 @@ namespace headroom {
 namespace {
 
 class LlamaModel final : public Model {
-public:
+  public:
     LlamaModel(const gguf::GgufFile& file, HParams hp) : Model(file, std::move(hp)) {
         const auto& h = hp_;
         const int64_t q_dim = int64_t{h.n_head} * h.head_dim_k;
@@ -59,8 +59,14 @@ public:
         const int64_t k_dim = int64_t{h.n_head_kv} * h.head_dim_k;
         const int64_t v_dim = int64_t{h.n_head_kv} * h.head_dim_v;
         const int64_t attn_dim = int64_t{h.n_head} * h.head_dim_v;
-        kernels::RopeArgs rope_q{h.n_head, h.head_dim_k, h.n_rot, h.rope_base, h.rope_scale, w_.rope_freqs,
-                                 h.rope_style == RopeStyle::NeoX ? kernels::RopeMode::NeoX : kernels::RopeMode::Normal};
+        kernels::RopeArgs rope_q{
+            h.n_head,
+            h.head_dim_k,
+            h.n_rot,
+            h.rope_base,
+            h.rope_scale,
+            w_.rope_freqs,
+            h.rope_style == RopeStyle::NeoX ? kernels::RopeMode::NeoX : kernels::RopeMode::Normal};
         kernels::RopeArgs rope_k = rope_q;
         rope_k.n_head = h.n_head_kv;
         kernels::AttentionArgs attn;
@@ -95,8 +101,10 @@ public:
                 }
             }
             if (l.q_norm) {
-                kernels::rmsnorm(buf.q, l.q_norm, 0.0f, h.rms_eps, T * h.n_head, h.head_dim_k, buf.q);
-                kernels::rmsnorm(buf.k, l.k_norm, 0.0f, h.rms_eps, T * h.n_head_kv, h.head_dim_k, buf.k);
+                kernels::rmsnorm(buf.q, l.q_norm, 0.0f, h.rms_eps, T * h.n_head, h.head_dim_k,
+                                 buf.q);
+                kernels::rmsnorm(buf.k, l.k_norm, 0.0f, h.rms_eps, T * h.n_head_kv, h.head_dim_k,
+                                 buf.k);
             }
             kernels::rope(buf.q, T, batch.positions.data(), rope_q);
             kernels::rope(buf.k, T, batch.positions.data(), rope_k);
@@ -110,7 +118,8 @@ public:
             kernels::rmsnorm(buf.x, l.ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb);
             acts = ops.prepare(buf.xb, T, h.n_embd, l.w_gate.type, buf.ctx);
             ops.matmul(l.w_gate, acts, buf.gate, buf.ctx);
-            if (l.w_up.type != l.w_gate.type) acts = ops.prepare(buf.xb, T, h.n_embd, l.w_up.type, buf.ctx);
+            if (l.w_up.type != l.w_gate.type)
+                acts = ops.prepare(buf.xb, T, h.n_embd, l.w_up.type, buf.ctx);
             ops.matmul(l.w_up, acts, buf.up, buf.ctx);
             kernels::silu_mul(buf.gate, buf.up, T * h.n_ff);
             acts = ops.prepare(buf.gate, T, h.n_ff, l.w_down.type, buf.ctx);

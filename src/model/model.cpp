@@ -15,7 +15,8 @@ namespace headroom {
 
 ForwardBuffers carve_buffers(const ActivationLayout& l, uint8_t* arena, ThreadPool* pool) {
     auto f = [&](const ArenaBuffer& b) { return reinterpret_cast<float*>(arena + b.offset); };
-    ForwardBuffers buf{f(l.x), f(l.xb), f(l.q), f(l.k), f(l.v), f(l.attn), f(l.gate), f(l.up), f(l.logits), {}};
+    ForwardBuffers buf{f(l.x),    f(l.xb),   f(l.q),  f(l.k),      f(l.v),
+                       f(l.attn), f(l.gate), f(l.up), f(l.logits), {}};
     buf.ctx.pool = pool;
     buf.ctx.scratch = arena + l.thread_scratch.offset;
     buf.ctx.scratch_per_thread_bytes = l.scratch_per_thread_bytes;
@@ -40,12 +41,15 @@ uint64_t Model::converted_bytes() const {
 
 kernels::Matrix Model::matrix(const std::string& name, int64_t n_cols, int64_t n_rows) const {
     const gguf::TensorInfo* t = file_.find_tensor(name);
-    if (!t) fail("{}: tensor '{}' is missing, expected a {} × {} matrix for {}", file_.path(), name, n_cols, n_rows, hp_.arch);
+    if (!t)
+        fail("{}: tensor '{}' is missing, expected a {} × {} matrix for {}", file_.path(), name,
+             n_cols, n_rows, hp_.arch);
     if (t->n_dims != 2 || t->ne[0] != n_cols || t->ne[1] != n_rows)
         fail("{}: tensor '{}' has shape [{}], expected [{}, {}]", file_.path(), name,
              fmt::join(t->shape(), ", "), n_cols, n_rows);
     if (!can_dequantize(t->type))
-        fail("{}: tensor '{}' is {}, which headroom cannot compute with", file_.path(), name, headroom::name(t->type));
+        fail("{}: tensor '{}' is {}, which headroom cannot compute with", file_.path(), name,
+             headroom::name(t->type));
     return {t->data, t->type, n_rows, n_cols, row_bytes(t->type, static_cast<uint64_t>(n_cols))};
 }
 
@@ -53,14 +57,16 @@ const float* Model::vector(const std::string& name, int64_t n, bool required) {
     const gguf::TensorInfo* t = file_.find_tensor(name);
     if (!t) {
         if (!required) return nullptr;
-        fail("{}: tensor '{}' is missing, expected {} values for {}", file_.path(), name, n, hp_.arch);
+        fail("{}: tensor '{}' is missing, expected {} values for {}", file_.path(), name, n,
+             hp_.arch);
     }
     if (static_cast<int64_t>(t->n_elements) != n)
         fail("{}: tensor '{}' has {} elements, expected {}", file_.path(), name, t->n_elements, n);
     if (t->type == TensorType::F32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0)
         return reinterpret_cast<const float*>(t->data);
     if (!can_dequantize(t->type))
-        fail("{}: tensor '{}' is {}, which headroom cannot read", file_.path(), name, headroom::name(t->type));
+        fail("{}: tensor '{}' is {}, which headroom cannot read", file_.path(), name,
+             headroom::name(t->type));
     std::vector<float> copy(static_cast<size_t>(n));
     ref::dequantize_row(t->type, t->data, copy.data(), n);
     converted_.push_back(std::move(copy));
@@ -73,7 +79,8 @@ void Model::embed(const Batch& batch, float* x, float scale) const {
         const int32_t id = batch.tokens[t];
         HR_CHECK(id >= 0 && id < e.n_rows);
         float* row = x + t * static_cast<size_t>(hp_.n_embd);
-        ref::dequantize_row(e.type, e.data + static_cast<uint64_t>(id) * e.row_bytes, row, e.n_cols);
+        ref::dequantize_row(e.type, e.data + static_cast<uint64_t>(id) * e.row_bytes, row,
+                            e.n_cols);
         if (scale != 1.0f)
             for (uint32_t i = 0; i < hp_.n_embd; ++i) row[i] *= scale;
     }
@@ -84,10 +91,10 @@ void Model::write_kv(const Batch& batch, const KvCache& cache, uint32_t layer, c
     for (size_t t = 0; t < batch.n_tokens(); ++t) {
         const SeqKv& seq = *batch.seqs[batch.seq_of_token[t]];
         for (uint32_t h = 0; h < hp_.n_head_kv; ++h) {
-            kernels::store_row(k + (t * hp_.n_head_kv + h) * hp_.head_dim_k, hp_.head_dim_k, cache.dtype(),
-                               cache.k_row(seq, layer, h, batch.positions[t]));
-            kernels::store_row(v + (t * hp_.n_head_kv + h) * hp_.head_dim_v, hp_.head_dim_v, cache.dtype(),
-                               cache.v_row(seq, layer, h, batch.positions[t]));
+            kernels::store_row(k + (t * hp_.n_head_kv + h) * hp_.head_dim_k, hp_.head_dim_k,
+                               cache.dtype(), cache.k_row(seq, layer, h, batch.positions[t]));
+            kernels::store_row(v + (t * hp_.n_head_kv + h) * hp_.head_dim_v, hp_.head_dim_v,
+                               cache.dtype(), cache.v_row(seq, layer, h, batch.positions[t]));
         }
     }
 }

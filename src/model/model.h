@@ -33,7 +33,7 @@ struct LayerWeights {
     const float* bq = nullptr;         // qwen2 biases, or null
     const float* bk = nullptr;
     const float* bv = nullptr;
-    const float* q_norm = nullptr;     // (head_dim_k) qwen3, gemma3
+    const float* q_norm = nullptr;  // (head_dim_k) qwen3, gemma3
     const float* k_norm = nullptr;
     const float* post_attn_norm = nullptr;  // (n_embd) gemma3
     const float* post_ffn_norm = nullptr;
@@ -63,7 +63,7 @@ struct ForwardBuffers {
 ForwardBuffers carve_buffers(const ActivationLayout& layout, uint8_t* arena, ThreadPool* pool);
 
 class Model {
-public:
+  public:
     // Validates every tensor the architecture needs (presence, shape, type)
     // and throws headroom::Error naming the first missing or wrong one.
     static std::unique_ptr<Model> load(const gguf::GgufFile& file);
@@ -80,7 +80,7 @@ public:
     virtual void forward(const Batch& batch, const KvCache& cache, const ForwardBuffers& buf,
                          const kernels::Ops& ops) const = 0;
 
-protected:
+  protected:
     Model(const gguf::GgufFile& file, HParams hp);
     // Tensor lookups that validate shape and type.
     kernels::Matrix matrix(const std::string& name, int64_t n_cols, int64_t n_rows) const;

@@ -15,7 +15,8 @@ void rmsnorm(const float* x, const float* w, float weight_offset, float eps, int
         float* o = out + t * n;
         double sum = 0;
         for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i]) * xr[i];
-        const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(n)) + eps);
+        const float scale =
+            1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(n)) + eps);
         for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * scale * (w[i] + weight_offset);
     }
 }

@@ -27,7 +27,8 @@ void ref_matmul(const Matrix& w, const Acts& x, float* y, const Context& ctx) {
     ctx.pool->parallel_for(w.n_rows, [&](int64_t begin, int64_t end, int thread) {
         auto* row = reinterpret_cast<float*>(ctx.thread_scratch(thread));  // (n_cols)
         for (int64_t r = begin; r < end; ++r) {
-            ref::dequantize_row(w.type, w.data + static_cast<uint64_t>(r) * w.row_bytes, row, w.n_cols);
+            ref::dequantize_row(w.type, w.data + static_cast<uint64_t>(r) * w.row_bytes, row,
+                                w.n_cols);
             for (int64_t t = 0; t < x.n_tokens; ++t) {
                 const float* xt = x.f32 + t * x.n;
                 float sum = 0;
@@ -48,8 +49,8 @@ void ref_attention(const AttentionArgs& a, const Context& ctx) {
     const size_t g = a.cache->group_of_layer(a.layer);
     ctx.pool->parallel_for(a.n_tokens * a.n_head, [&](int64_t begin, int64_t end, int thread) {
         auto* k = reinterpret_cast<float*>(ctx.thread_scratch(thread));  // (head_dim_k)
-        float* v = k + a.head_dim_k;                                      // (head_dim_v)
-        float* acc = v + a.head_dim_v;                                    // (head_dim_v)
+        float* v = k + a.head_dim_k;                                     // (head_dim_v)
+        float* acc = v + a.head_dim_v;                                   // (head_dim_v)
         for (int64_t job = begin; job < end; ++job) {
             const int64_t t = job / a.n_head;
             const uint32_t h = static_cast<uint32_t>(job % a.n_head);
@@ -63,17 +64,20 @@ void ref_attention(const AttentionArgs& a, const Context& ctx) {
             for (uint32_t p = first; p <= pos; ++p) {
                 const int32_t block = seq.tables[g][p / bs];
                 const uint32_t slot = p % bs;
-                ref::dequantize_row(kv_type, a.cache->k_block(block, a.layer, kv_h) + slot * a.cache->k_row_bytes(),
-                                    k, a.head_dim_k);
+                ref::dequantize_row(
+                    kv_type, a.cache->k_block(block, a.layer, kv_h) + slot * a.cache->k_row_bytes(),
+                    k, a.head_dim_k);
                 float s = 0;
                 for (uint32_t i = 0; i < a.head_dim_k; ++i) s += q[i] * k[i];
                 s *= a.scale;
                 const float m_new = std::max(m, s);
                 const float correction = std::exp(m - m_new);
                 const float weight = std::exp(s - m_new);
-                ref::dequantize_row(kv_type, a.cache->v_block(block, a.layer, kv_h) + slot * a.cache->v_row_bytes(),
-                                    v, a.head_dim_v);
-                for (uint32_t i = 0; i < a.head_dim_v; ++i) acc[i] = acc[i] * correction + weight * v[i];
+                ref::dequantize_row(
+                    kv_type, a.cache->v_block(block, a.layer, kv_h) + slot * a.cache->v_row_bytes(),
+                    v, a.head_dim_v);
+                for (uint32_t i = 0; i < a.head_dim_v; ++i)
+                    acc[i] = acc[i] * correction + weight * v[i];
                 l = l * correction + weight;
                 m = m_new;
             }

@@ -66,7 +66,7 @@ ActivationLayout plan_activations(const HParams& hp, uint32_t n_tokens, uint32_t
         align_up(kAttnTile * 4 + 2 * uint64_t{kAttnTile} * max_head * 4 + max_head * 4 +
                  max_in * 4 + std::max<uint64_t>(hp.n_embd, max_in) * 4);
     take(a.thread_scratch, a.scratch_per_thread_bytes * n_threads);
-    take(a.sampler, uint64_t{hp.n_vocab} * 8);
+    take(a.sampler, uint64_t{hp.n_vocab} * 16);
     a.total_bytes = at;
     return a;
 }

@@ -6,7 +6,8 @@ namespace headroom::cli {
 
 LoadedModel load_model(const std::string& path_or_name) {
     LoadedModel m;
-    m.file = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(resolve_model_path(path_or_name)));
+    m.file =
+        std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(resolve_model_path(path_or_name)));
     m.model = Model::load(*m.file);
     m.tokenizer = Tokenizer::from_gguf(*m.file);
     m.desc = describe_gguf(*m.file);

@@ -66,7 +66,8 @@ std::shared_ptr<Request> Engine::submit(GenerateRequest request, std::string* er
     if (auto why = scheduler_.check_admissible(n_prompt); !why.empty()) return refuse(why);
     for (int32_t t : request.prompt)
         if (t < 0 || t >= tokenizer_.n_vocab())
-            return refuse(fmt::format("token id {} is outside the vocabulary (0..{})", t, tokenizer_.n_vocab() - 1));
+            return refuse(fmt::format("token id {} is outside the vocabulary (0..{})", t,
+                                      tokenizer_.n_vocab() - 1));
 
     auto r = std::make_shared<Request>();
     r->id_ = next_id_.fetch_add(1);
@@ -80,7 +81,8 @@ std::shared_ptr<Request> Engine::submit(GenerateRequest request, std::string* er
     r->seq_.tokens.reserve(r->seq_.max_total);
     r->sampler_ = std::make_unique<Sampler>(r->params_);
     r->decoder_ = std::make_unique<StreamDecoder>(tokenizer_, request.render_special);
-    for (const auto& s : r->params_.stop) r->max_stop_bytes_ = std::max(r->max_stop_bytes_, s.size());
+    for (const auto& s : r->params_.stop)
+        r->max_stop_bytes_ = std::max(r->max_stop_bytes_, s.size());
     r->t_arrival_ = Clock::now();
     {
         std::lock_guard lk(inbox_mu_);
@@ -100,7 +102,9 @@ void Engine::cancel(uint64_t id) {
     inbox_cv_.notify_one();
 }
 
-size_t Engine::n_active() const { return n_active_.load(); }
+size_t Engine::n_active() const {
+    return n_active_.load();
+}
 
 void Engine::drain_inbox() {
     std::vector<std::shared_ptr<Request>> incoming;
@@ -131,7 +135,8 @@ bool Engine::step() {
     drain_inbox();
     const uint64_t preempted_before = scheduler_.n_preemptions();
     const SchedulerOutput& out = scheduler_.schedule();
-    metrics_.n_preemptions.fetch_add(scheduler_.n_preemptions() - preempted_before, std::memory_order_relaxed);
+    metrics_.n_preemptions.fetch_add(scheduler_.n_preemptions() - preempted_before,
+                                     std::memory_order_relaxed);
     if (out.empty()) {
         update_gauges();
         return false;
@@ -164,17 +169,19 @@ void Engine::run_step(const SchedulerOutput& out) {
         if (!s.sample) continue;
         Request& r = *by_seq_.at(s.seq);
         Sequence& seq = r.seq_;
-        const std::span<float> l(logits + row * static_cast<size_t>(n_vocab), static_cast<size_t>(n_vocab));
+        const std::span<float> l(logits + row * static_cast<size_t>(n_vocab),
+                                 static_cast<size_t>(n_vocab));
         ++row;
         const std::span<const int32_t> prompt(seq.tokens.data(), seq.n_prompt);
         const std::span<const int32_t> output(seq.tokens.data() + seq.n_prompt, seq.n_output());
-        const SampleResult res = r.sampler_->sample(l, prompt, output,
-                                                    reinterpret_cast<uint8_t*>(runner_.sampler_scratch()));
+        const SampleResult res = r.sampler_->sample(
+            l, prompt, output, reinterpret_cast<uint8_t*>(runner_.sampler_scratch()));
         seq.tokens.push_back(res.token);
         emit_token(r, res);
     }
     // Publish filled blocks before finishing, so finished prompts stay cached.
-    for (const ScheduledSeq& s : out.seqs) runner_.cache().publish_full_blocks(s.seq->kv, s.seq->tokens);
+    for (const ScheduledSeq& s : out.seqs)
+        runner_.cache().publish_full_blocks(s.seq->kv, s.seq->tokens);
     for (Request* r : finished_this_step_) finish(*r, r->finish_.load());
 }
 
@@ -217,7 +224,8 @@ void Engine::emit_token(Request& r, const SampleResult& s) {
             // Hold back the longest tail that could still start a stop string.
             size_t hold = 0;
             const size_t pending = r.text_.size() - r.n_emitted_;
-            for (size_t k = std::min(pending, r.max_stop_bytes_ ? r.max_stop_bytes_ - 1 : 0); k > 0 && !hold; --k) {
+            for (size_t k = std::min(pending, r.max_stop_bytes_ ? r.max_stop_bytes_ - 1 : 0);
+                 k > 0 && !hold; --k) {
                 const std::string_view tail(r.text_.data() + r.text_.size() - k, k);
                 for (const auto& stop : r.params_.stop)
                     if (stop.size() > k && std::string_view(stop).substr(0, k) == tail) hold = k;
@@ -226,7 +234,8 @@ void Engine::emit_token(Request& r, const SampleResult& s) {
             r.n_emitted_ += pending - hold;
         }
     }
-    if (reason == FinishReason::None && r.seq_.tokens.size() >= r.seq_.max_total) reason = FinishReason::Length;
+    if (reason == FinishReason::None && r.seq_.tokens.size() >= r.seq_.max_total)
+        reason = FinishReason::Length;
     r.push(std::move(ev));
     if (reason != FinishReason::None) {
         r.finish_.store(reason);
@@ -238,7 +247,8 @@ void Engine::finish(Request& r, FinishReason reason) {
     TokenEvent closing;
     closing.finish = reason;
     if (r.decoder_) r.text_ += r.decoder_->flush();
-    if (reason != FinishReason::Abort) closing.text = r.text_.substr(std::min(r.n_emitted_, r.text_.size()));
+    if (reason != FinishReason::Abort)
+        closing.text = r.text_.substr(std::min(r.n_emitted_, r.text_.size()));
     r.n_emitted_ = r.text_.size();
     r.finish_.store(reason);
     scheduler_.remove(&r.seq_);
@@ -266,7 +276,8 @@ void Engine::loop() {
         {
             std::unique_lock lk(inbox_mu_);
             inbox_cv_.wait(lk, [&] {
-                return stopping_ || abort_all_ || !inbox_.empty() || !cancels_.empty() || n_active_.load() > 0;
+                return stopping_ || abort_all_ || !inbox_.empty() || !cancels_.empty() ||
+                       n_active_.load() > 0;
             });
             if (stopping_ && inbox_.empty() && n_active_.load() == 0) break;
         }

@@ -33,8 +33,8 @@ struct GenerateRequest {
 
 // One streamed step of a request's output.
 struct TokenEvent {
-    std::string text;   // output text made final by this event
-    int32_t token = -1; // the token this event carries; -1 for a closing event without one
+    std::string text;    // output text made final by this event
+    int32_t token = -1;  // the token this event carries; -1 for a closing event without one
     float logprob = 0;
     std::vector<TokenLogprob> top_logprobs;
     FinishReason finish = FinishReason::None;  // set on the last event
@@ -42,7 +42,7 @@ struct TokenEvent {
 
 // A submitted request: the engine thread fills it, any one reader drains it.
 class Request {
-public:
+  public:
     uint64_t id() const { return id_; }
     // Waits up to `timeout` for the next event; false on timeout or when
     // every event has been taken after the request finished.
@@ -54,7 +54,7 @@ public:
     uint32_t n_output_tokens() const { return n_output_.load(); }
     FinishReason finish_reason() const { return finish_.load(); }
 
-private:
+  private:
     friend class Engine;
     void push(TokenEvent event);
 
@@ -73,15 +73,15 @@ private:
     SamplingParams params_;
     std::unique_ptr<Sampler> sampler_;
     std::unique_ptr<StreamDecoder> decoder_;
-    std::string text_;        // all output text so far
-    size_t n_emitted_ = 0;    // bytes of text_ already sent
+    std::string text_;      // all output text so far
+    size_t n_emitted_ = 0;  // bytes of text_ already sent
     size_t max_stop_bytes_ = 0;
     std::chrono::steady_clock::time_point t_arrival_, t_last_token_;
     bool first_token_seen_ = false;
 };
 
 class Engine {
-public:
+  public:
     Engine(Runner& runner, const Tokenizer& tokenizer, EngineMetrics& metrics);
     ~Engine();
     Engine(const Engine&) = delete;
@@ -110,7 +110,7 @@ public:
     EngineMetrics& metrics() { return metrics_; }
     uint32_t max_model_len() const { return scheduler_.config().max_model_len; }
 
-private:
+  private:
     void drain_inbox();
     void run_step(const SchedulerOutput& out);
     void emit_token(Request& r, const SampleResult& s);

@@ -13,7 +13,7 @@ namespace headroom {
 
 // Cumulative histogram with fixed bucket bounds (seconds), Prometheus style.
 class Histogram {
-public:
+  public:
     explicit Histogram(std::vector<double> bounds);
     void observe(double value);
     const std::vector<double>& bounds() const { return bounds_; }
@@ -24,7 +24,7 @@ public:
     // Value below which `q` (0..1) of observations fall, interpolated within buckets.
     double quantile(double q) const;
 
-private:
+  private:
     std::vector<double> bounds_;
     std::vector<std::atomic<uint64_t>> buckets_;  // non-cumulative, + one overflow bucket
     std::atomic<uint64_t> count_{0};
@@ -43,15 +43,16 @@ struct EngineMetrics {
     std::atomic<uint64_t> prefix_hit_tokens{0};
     std::atomic<uint64_t> kv_blocks_used{0};
     std::atomic<uint64_t> kv_blocks_total{0};
-    std::atomic<uint64_t> prompt_tokens{0};      // prompt tokens of admitted requests
-    std::atomic<uint64_t> computed_prompt_tokens{0};  // prompt tokens actually computed (misses + recompute)
+    std::atomic<uint64_t> prompt_tokens{0};  // prompt tokens of admitted requests
+    std::atomic<uint64_t> computed_prompt_tokens{
+        0};  // prompt tokens actually computed (misses + recompute)
     std::atomic<uint64_t> generation_tokens{0};
     std::atomic<uint64_t> n_steps{0};
     std::atomic<uint64_t> requests_refused{0};
     std::array<std::atomic<uint64_t>, 5> finished{};  // by FinishReason
-    Histogram ttft_s;  // time to first token
-    Histogram itl_s;   // inter-token latency
-    Histogram e2e_s;   // request latency
+    Histogram ttft_s;                                 // time to first token
+    Histogram itl_s;                                  // inter-token latency
+    Histogram e2e_s;                                  // request latency
 };
 
 }  // namespace headroom

@@ -22,7 +22,8 @@ nlohmann::json memory_report_json(const MemoryPlan& plan, const LedgerSnapshot& 
                                   const KvCache& cache, const ProcessMemory& process);
 std::string memory_report_table(const MemoryPlan& plan, const LedgerSnapshot& ledger,
                                 const KvCache& cache, const ProcessMemory& process);
-// One line: "memory: weights 92.1 MiB, kv 180 MiB (2% used), activations 10 MiB, runtime 12 MiB; RSS 301 MiB"
+// One line: "memory: weights 92.1 MiB, kv 180 MiB (2% used), activations 10 MiB, runtime 12 MiB;
+// RSS 301 MiB"
 std::string memory_summary_line(const MemoryPlan& plan, const LedgerSnapshot& ledger,
                                 const KvCache& cache, const ProcessMemory& process);
 

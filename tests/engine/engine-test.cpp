@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 #include <random>
 
@@ -49,8 +50,8 @@ struct EngineSetup {
     EngineMetrics metrics;
     std::unique_ptr<Runner> runner;
     std::unique_ptr<Engine> engine;
-    EngineSetup(uint32_t max_num_seqs, uint32_t max_model_len, uint64_t kv_bytes, bool prefix = true,
-          uint32_t batched = 64) {
+    EngineSetup(uint32_t max_num_seqs, uint32_t max_model_len, uint64_t kv_bytes,
+                bool prefix = true, uint32_t batched = 64) {
         RunnerOptions o;
         o.config.max_num_seqs = max_num_seqs;
         o.config.max_model_len = max_model_len;
@@ -97,7 +98,8 @@ std::vector<std::vector<int32_t>> run_all(Engine& engine, const std::vector<Gene
     return out;
 }
 
-std::vector<GenerateRequest> random_requests(int n, uint32_t seed, uint32_t max_prompt, uint32_t max_new) {
+std::vector<GenerateRequest> random_requests(int n, uint32_t seed, uint32_t max_prompt,
+                                             uint32_t max_new) {
     std::mt19937 rng(seed);
     std::vector<GenerateRequest> reqs;
     for (int i = 0; i < n; ++i) {
@@ -105,7 +107,8 @@ std::vector<GenerateRequest> random_requests(int n, uint32_t seed, uint32_t max_
         const uint32_t len = 1 + rng() % max_prompt;
         // A shared stem on a third of the requests exercises prefix caching.
         for (uint32_t j = 0; j < len; ++j)
-            r.prompt.push_back(static_cast<int32_t>(i % 3 == 0 && j < 20 ? 300 + j : 3 + rng() % 500));
+            r.prompt.push_back(
+                static_cast<int32_t>(i % 3 == 0 && j < 20 ? 300 + j : 3 + rng() % 500));
         r.params.temperature = 0;
         r.params.max_tokens = 1 + rng() % max_new;
         r.params.ignore_eos = true;
@@ -149,13 +152,27 @@ void soak(int n_requests, uint32_t seed) {
     EXPECT_GT(max_used, reserved / 2);
     EXPECT_EQ(s.runner->cache().n_blocks_used(), 0u);
     EXPECT_EQ(s.engine->n_active(), 0u);
-    EXPECT_EQ(s.metrics.finished[static_cast<size_t>(FinishReason::Length)].load(), static_cast<uint64_t>(n_requests));
+    EXPECT_EQ(s.metrics.finished[static_cast<size_t>(FinishReason::Length)].load(),
+              static_cast<uint64_t>(n_requests));
     EXPECT_GT(s.metrics.prefix_hit_tokens.load(), 0u);
+    std::printf(
+        "soak: %d requests, 80 seats, pool of %llu blocks: %llu preemptions, peak KV %llu of %llu "
+        "bytes, "
+        "%llu of %llu prompt tokens from the prefix cache\n",
+        n_requests, static_cast<unsigned long long>(s.runner->cache().n_blocks_total()),
+        static_cast<unsigned long long>(s.metrics.n_preemptions.load()),
+        static_cast<unsigned long long>(max_used), static_cast<unsigned long long>(reserved),
+        static_cast<unsigned long long>(s.metrics.prefix_hit_tokens.load()),
+        static_cast<unsigned long long>(s.metrics.prefix_query_tokens.load()));
 }
 
-TEST(Engine, OversubscribedSoakCompletesEveryRequestWithItsAloneOutput) { soak(80, 7); }
+TEST(Engine, OversubscribedSoakCompletesEveryRequestWithItsAloneOutput) {
+    soak(80, 7);
+}
 
-TEST(EngineSlow, Soak500RequestsAt10xOversubscription) { soak(500, 8); }
+TEST(EngineSlow, Soak500RequestsAt10xOversubscription) {
+    soak(500, 8);
+}
 
 TEST(Engine, CancelFreesBlocksWithinOneStep) {
     EngineSetup s(4, 256, 4ull * 256 * kTinyKvPerToken);
@@ -234,7 +251,8 @@ TEST(Engine, ThreadedModeServesConcurrentSubmitters) {
             auto h = s.engine->submit(reqs[i], &error);
             TokenEvent ev;
             while (!h->finished())
-                if (h->next(ev, std::chrono::milliseconds(100)) && ev.token >= 0) outputs[i].push_back(ev.token);
+                if (h->next(ev, std::chrono::milliseconds(100)) && ev.token >= 0)
+                    outputs[i].push_back(ev.token);
         });
     }
     for (auto& c : clients) c.join();

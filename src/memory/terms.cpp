@@ -128,7 +128,8 @@ std::vector<KvGroupPlan> kv_groups_for(const HParams& hp, const EngineConfig& co
         swa.window = hp.sliding_window;
         for (uint32_t il = 0; il < hp.n_layer; ++il) {
             const bool is_swa =
-                hp.sliding_window > 0 && il < hp.layer_is_swa.size() && hp.layer_is_swa[il];
+                !config.swa_full && hp.sliding_window > 0 && il < hp.layer_is_swa.size() &&
+                hp.layer_is_swa[il];
             (is_swa ? swa : full).layers.push_back(il);
         }
         for (KvGroupPlan* g : {&full, &swa}) {

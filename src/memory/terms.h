@@ -65,6 +65,9 @@ struct EngineConfig {
     KvDtype kv_dtype = KvDtype::F16;
     uint32_t block_size = 16;
     uint32_t n_threads = 1;
+    // Cache the whole context for sliding-window layers too (their attention
+    // still only looks at the window): what an engine without windowed KV pays.
+    bool swa_full = false;
 };
 
 // How much memory the engine may use.

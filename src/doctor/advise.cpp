@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "core/units.h"
 #include "doctor/advisor.h"
@@ -22,15 +23,35 @@ namespace headroom::doctor {
 namespace {
 
 std::string b(uint64_t n) {
-    return format_bytes(n);
+    return bytes_text(n);
 }
 
 struct Quant {
     std::string_view name;
     double bits_per_weight;
+    std::string_view command;
 };
-constexpr Quant kQuants[] = {
-    {"Q8_0", 8.5}, {"Q6_K", 6.56}, {"Q5_K_M", 5.69}, {"Q4_K_M", 4.85}, {"Q3_K_M", 3.91},
+// GGUF types, llama.cpp's averages for each mix.
+constexpr Quant kGgufQuants[] = {
+    {"Q8_0", 8.5, "llama-quantize model.gguf model-Q8_0.gguf Q8_0"},
+    {"Q6_K", 6.56, "llama-quantize model.gguf model-Q6_K.gguf Q6_K"},
+    {"Q5_K_M", 5.69, "llama-quantize model.gguf model-Q5_K_M.gguf Q5_K_M"},
+    {"Q4_K_M", 4.85, "llama-quantize model.gguf model-Q4_K_M.gguf Q4_K_M"},
+    {"Q3_K_M", 3.91, "llama-quantize model.gguf model-Q3_K_M.gguf Q3_K_M"},
+};
+// Serving engines load pre-quantized checkpoints; 4-bit AWQ/GPTQ keep a
+// scale per group of 128, about 4.25 bits per weight.
+constexpr Quant kServingQuants[] = {
+    {"FP8", 8.0, "--quantization fp8"},
+    {"AWQ 4-bit", 4.25, "--quantization awq (an AWQ checkpoint of the model)"},
+};
+// bitsandbytes: int8 with outlier columns in FP16, or NF4 with double
+// quantization of the block scales (about 4.13 bits per weight).
+constexpr Quant kBitsandbytesQuants[] = {
+    {"8-bit (bitsandbytes)", 8.5, "BitsAndBytesConfig(load_in_8bit=True)"},
+    {"4-bit NF4 (bitsandbytes)", 4.13,
+     "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", "
+     "bnb_4bit_use_double_quant=True)"},
 };
 
 uint64_t weights_at(uint64_t n_params, double bits_per_weight) {
@@ -127,8 +148,10 @@ class Advice {
             case OomClass::UtilizationSetting:
                 return false;
             default:
-                return !f_.total_bytes && !f_.max_model_len_tokens && !f_.prefill_tokens &&
-                       !f_.total_tokens && e_.wording != Wording::BnbDispatchedToCpu &&
+                // The message leaves the cause open: no size, no device, no phase.
+                return !f_.requested_bytes && !f_.total_bytes && f_.phase == Phase::Unknown &&
+                       !f_.max_model_len_tokens && !f_.prefill_tokens && !f_.total_tokens &&
+                       !f_.n_sequences && e_.wording != Wording::BnbDispatchedToCpu &&
                        e_.wording != Wording::VllmNoCacheBlocks;
         }
     }
@@ -163,16 +186,23 @@ class Advice {
                 "splits this process's memory into allocated, cached and fragmented blocks");
     }
 
-    // The largest quantization whose weights leave about 15% of the usable
-    // memory for the KV cache and compute buffers.
+    std::span<const Quant> quants() const {
+        if (ggml()) return kGgufQuants;
+        if (fw() == Framework::Vllm || fw() == Framework::Sglang || fw() == Framework::Tgi)
+            return kServingQuants;
+        return kBitsandbytesQuants;
+    }
+
+    // The largest quantization whose weights leave about a quarter of the
+    // usable memory for the KV cache, the compute buffers and the runtime.
     std::optional<Quant> fitting_quant(uint64_t usable) const {
         if (!model_ || model_->n_params == 0) return std::nullopt;
         const double now_bpw =
             8.0 * static_cast<double>(model_->weight_bytes) / static_cast<double>(model_->n_params);
-        for (const auto& q : kQuants) {
+        for (const auto& q : quants()) {
             if (q.bits_per_weight >= now_bpw - 0.01) continue;
             if (static_cast<double>(weights_at(model_->n_params, q.bits_per_weight)) <=
-                0.85 * static_cast<double>(usable))
+                0.75 * static_cast<double>(usable))
                 return q;
         }
         return std::nullopt;
@@ -187,27 +217,19 @@ class Advice {
     void quantize_weights() {
         const uint64_t usable = usable_bytes();
         if (model_ && usable) {
-            const auto q = fitting_quant(usable);
             const std::string needs =
                 fmt::format("{} in {} needs {} of weights; this GPU has {}", model_->name,
                             dominant_type(*model_), b(model_->weight_bytes), b(usable));
-            if (q) {
-                const uint64_t w = weights_at(model_->n_params, q->bits_per_weight);
-                std::string command =
-                    ggml() ? fmt::format("llama-quantize model.gguf model-{0}.gguf {0}", q->name)
-                    : fw() == Framework::Vllm
-                        ? std::string("--quantization awq (an AWQ or GPTQ 4-bit checkpoint)")
-                        : std::string(
-                              "BitsAndBytesConfig(load_in_4bit=True, "
-                              "bnb_4bit_quant_type=\"nf4\")");
-                add("Quantize the weights", command,
-                    fmt::format("{}: use {}, {}", needs, q->name, b(w)));
+            if (const auto q = fitting_quant(usable)) {
+                add("Quantize the weights", std::string(q->command),
+                    fmt::format("{}: use {}, {}", needs, q->name,
+                                b(weights_at(model_->n_params, q->bits_per_weight))));
             } else {
+                const Quant& smallest = quants().back();
                 add("Use a smaller model or more GPUs", "",
                     fmt::format("{}: even {} ({}) leaves too little for the KV cache", needs,
-                                kQuants[std::size(kQuants) - 1].name,
-                                b(weights_at(model_->n_params,
-                                             kQuants[std::size(kQuants) - 1].bits_per_weight))));
+                                smallest.name,
+                                b(weights_at(model_->n_params, smallest.bits_per_weight))));
             }
             return;
         }
@@ -223,7 +245,7 @@ class Advice {
             add("Load the weights in 4 bits",
                 "from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True, "
                 "bnb_4bit_quant_type=\"nf4\"), torch_dtype=torch.float16)",
-                "about 0.56 bytes per parameter instead of 2 (FP16) or 4 (FP32)");
+                "about 0.52 bytes per parameter instead of 2 (FP16) or 4 (FP32)");
     }
 
     void weights() {
@@ -361,6 +383,11 @@ class Advice {
             return;
         }
         if (ggml()) {
+            if (e_.context.n_pipeline_copies > 1)
+                add("Keep one copy of the compute buffers",
+                    "build with -DGGML_SCHED_MAX_COPIES=1, or run on one GPU",
+                    fmt::format("pipeline parallelism keeps {} copies of the compute buffers",
+                                e_.context.n_pipeline_copies));
             add("Smaller micro-batches", "-ub 256 -b 256",
                 f_.requested_bytes
                     ? fmt::format("the compute buffer scales with the micro-batch: about {} "
@@ -403,7 +430,18 @@ class Advice {
     }
 
     void fragmentation() {
-        fragmentation_env();
+        const uint64_t cached = f_.reserved_unallocated_bytes.value_or(0);
+        if (f_.requested_bytes && cached < *f_.requested_bytes) {
+            // The device had the bytes, PyTorch's cache did not: the free
+            // memory is in pieces. Expandable segments map pages instead of
+            // asking the driver for one contiguous block.
+            const std::string var = rocm() ? "PYTORCH_HIP_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
+            add("Map memory in pages instead of one block", var + "=expandable_segments:True",
+                fmt::format("a {} tensor no longer needs one contiguous free block",
+                            b(*f_.requested_bytes)));
+        } else {
+            fragmentation_env();
+        }
         add("Return cached blocks between requests", "torch.cuda.empty_cache()",
             "releases whole free segments to the driver; helps when sizes vary between batches");
         if (f_.free_bytes && f_.requested_bytes && *f_.free_bytes >= *f_.requested_bytes)
@@ -487,9 +525,10 @@ class Advice {
         if (e_.wording == Wording::OllamaSystemMemory) {
             add("Use a smaller model or quantization",
                 "ollama run <model>:<smaller tag, e.g. q4_K_M>",
-                f_.requested_bytes && f_.free_bytes
-                    ? fmt::format("needs at most {} of RAM", b(*f_.free_bytes))
-                    : std::string("fits the RAM that is free"));
+                f_.free_bytes
+                    ? fmt::format("a model that needs at most {} fits the RAM that is free",
+                                  b(*f_.free_bytes))
+                    : std::string("a smaller model fits the RAM that is free"));
             add("Shorten the context", "OLLAMA_CONTEXT_LENGTH=4096", "the KV cache in RAM shrinks");
             add("Free RAM", "close other programs or add swap",
                 f_.deficit_bytes && *f_.deficit_bytes > 0
@@ -516,12 +555,15 @@ class Advice {
             return;
         }
         if (ggml()) {
-            if (f_.phase == Phase::KvCache)
-                add("Shorten the context",
-                    e_.context.n_ctx ? fmt::format("-c {}", *e_.context.n_ctx / 8) : "-c 8192",
-                    f_.requested_bytes ? fmt::format("the {} KV cache shrinks in proportion",
-                                                     b(*f_.requested_bytes))
-                                       : std::string("the KV cache shrinks in proportion"));
+            if (f_.phase == Phase::KvCache) {
+                const auto n_ctx = e_.context.n_ctx;
+                add("Shorten the context", n_ctx ? fmt::format("-c {}", *n_ctx / 8) : "-c 8192",
+                    n_ctx && f_.requested_bytes
+                        ? fmt::format("the KV cache for {} tokens is {} instead of {}",
+                                      format_count(*n_ctx / 8), b(*f_.requested_bytes / 8),
+                                      b(*f_.requested_bytes))
+                        : std::string("the KV cache shrinks in proportion to the context"));
+            }
             add("Memory-map the weights", "drop --no-mmap (Ollama: use_mmap true)",
                 "weights are paged from the file instead of copied into RAM");
             add("Use a smaller quantization", "a Q4_K_M file", "fewer bytes of weights to hold");

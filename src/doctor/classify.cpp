@@ -52,11 +52,11 @@ bool is_ggml(Wording w) {
 }
 
 std::string b(uint64_t n) {
-    return format_bytes(n);
+    return bytes_text(n);
 }
 
 std::string b(const std::optional<uint64_t>& n) {
-    return n ? format_bytes(*n) : std::string("?");
+    return n ? bytes_text(*n) : std::string("?");
 }
 
 // Share of the device other processes must hold before they are the cause.
@@ -155,7 +155,10 @@ void derive_numbers(Finding& f, const Evidence& e) {
     else
         f.this_process_bytes = n.reserved;
 
-    if (e.wording == Wording::VllmFreeMemoryStartup) {
+    if (e.wording == Wording::TorchMps) {
+        // MPS's "other allocations" are this process's too, and its free is
+        // derived from the same numbers: nothing is known about others.
+    } else if (e.wording == Wording::VllmFreeMemoryStartup) {
         // At start-up the engine holds nothing yet: the rest is someone else's.
         if (f.total_bytes && f.free_bytes)
             f.other_processes_bytes = sat_sub(*f.total_bytes, *f.free_bytes);
@@ -330,12 +333,22 @@ std::string describe_cause(const Finding& f, const Evidence& e) {
                     "One {} tensor is larger than the whole {} GPU: the batch, sequence or "
                     "image size makes a single buffer too big.",
                     b(f.requested_bytes), b(f.total_bytes));
+            if (f.phase == Phase::Compute && is_ggml(e.wording))
+                return fmt::format(
+                    "The compute buffers ({}) did not fit next to the weights and the KV cache.",
+                    b(f.requested_bytes));
             return fmt::format("A {} working buffer{} did not fit{}.", b(f.requested_bytes), where,
                                f.this_process_bytes && f.total_bytes
                                    ? fmt::format(": this process already holds {} of {}",
                                                  b(f.this_process_bytes), b(f.total_bytes))
                                    : "");
         case OomClass::Fragmentation:
+            if (f.free_bytes && f.requested_bytes && *f.free_bytes >= *f.requested_bytes &&
+                f.reserved_unallocated_bytes.value_or(0) < *f.requested_bytes)
+                return fmt::format(
+                    "Fragmentation: the device reported {} free, more than the {} asked for, "
+                    "yet no block that size could be had.",
+                    b(f.free_bytes), b(f.requested_bytes));
             return fmt::format(
                 "Fragmentation: {} could not be allocated although {} was free and {} sat "
                 "reserved but unallocated in PyTorch's cache.",

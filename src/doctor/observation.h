@@ -93,6 +93,7 @@ struct LogContext {
     std::optional<uint64_t> kv_bytes;
     std::optional<uint64_t> n_ctx;
     std::optional<double> utilization;
+    uint64_t n_pipeline_copies = 0;  // llama.cpp keeps this many compute buffers
 };
 
 // Parsers (one file per framework family).

@@ -50,16 +50,17 @@ bool parse_ggml(const Line& l, Observation& out) {
     if (const size_t at = l.find("failed to allocate "); at != Line::npos) {
         const size_t name = at + 19;
         const size_t of = l.find(" buffer of size", name);
-        if (of != Line::npos && of - name <= 24) {
+        const auto size = of != Line::npos ? integer_after(l, "buffer of size", of) : std::nullopt;
+        if (size && of - name <= 24) {
             mark(out, Wording::GgmlBufferFailed);
-            n.requested = integer_after(l, "buffer of size", of);
+            n.requested = size;
             out.host_memory = is_host_buffer(l.lower.substr(name, of - name));
             out.phase = phase_of_owner(l);
             return true;
         }
-        if (l.has("failed to allocate buffer of size")) {
+        if (const auto host = integer_after(l, "failed to allocate buffer of size")) {
             mark(out, Wording::GgmlHostBufferFailed);
-            n.requested = integer_after(l, "buffer of size");
+            n.requested = host;
             out.host_memory = l.has("cpu_buffer") || l.has("cpu buffer");
             out.phase = phase_of_owner(l);
             return true;
@@ -147,6 +148,10 @@ bool read_ggml_context(const Line& l, LogContext& ctx) {
     }
     if (l.has("recommendedmaxworkingsetsize")) {
         ctx.device_total_bytes = bytes_after(l, "recommendedmaxworkingsetsize");
+        return true;
+    }
+    if (l.has("pipeline parallelism enabled")) {
+        ctx.n_pipeline_copies = integer_after(l, "n_copies").value_or(0);
         return true;
     }
     if (l.has("llama_new_context_with_model:") || l.has("llama_context:")) {

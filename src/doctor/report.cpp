@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/units.h"
+#include "doctor/text.h"
 
 namespace headroom::doctor {
 
@@ -36,12 +37,12 @@ std::string_view phase_name(Phase p) {
 }
 
 std::string signed_bytes(int64_t v) {
-    if (v >= 0) return format_bytes(static_cast<uint64_t>(v));
-    return fmt::format("-{}", format_bytes(static_cast<uint64_t>(-(v + 1)) + 1));
+    if (v >= 0) return bytes_text(static_cast<uint64_t>(v));
+    return fmt::format("-{}", bytes_text(static_cast<uint64_t>(-(v + 1)) + 1));
 }
 
 void number_row(std::string& out, std::string_view label, const std::optional<uint64_t>& v) {
-    if (v) out += fmt::format("    {:<22} {}\n", label, format_bytes(*v));
+    if (v) out += fmt::format("    {:<22} {}\n", label, bytes_text(*v));
 }
 
 void token_row(std::string& out, std::string_view label, const std::optional<uint64_t>& v) {

@@ -94,27 +94,29 @@ class Gate {
   public:
     Gate() {
         next_.assign(256, 0);
-        out_.push_back(false);
+        out_.push_back(0);
         for (auto word : kGateWords) {
             uint32_t s = 0;
             for (char c : word) {
                 const auto b = static_cast<unsigned char>(c);
                 if (next_[s * 256 + b] == 0) {
                     next_[s * 256 + b] = static_cast<uint32_t>(out_.size());
-                    out_.push_back(false);
+                    out_.push_back(0);
                     next_.resize(out_.size() * 256, 0);
                 }
                 s = next_[s * 256 + b];
             }
-            out_[s] = true;
+            out_[s] = 1;
         }
         // Breadth-first: fill missing transitions from the failure state.
+        // (Upper-case letters are folded in afterwards, so the gate runs on
+        // the raw line and only lines that pass are lower-cased.)
         std::vector<uint32_t> fail(out_.size(), 0), queue;
         for (uint32_t b = 0; b < 256; ++b)
             if (next_[b] != 0) queue.push_back(next_[b]);
         for (size_t i = 0; i < queue.size(); ++i) {
             const uint32_t s = queue[i];
-            out_[s] = out_[s] || out_[fail[s]];
+            out_[s] = out_[s] | out_[fail[s]];
             for (uint32_t b = 0; b < 256; ++b) {
                 const uint32_t t = next_[s * 256 + b];
                 if (t != 0) {
@@ -125,11 +127,13 @@ class Gate {
                 }
             }
         }
+        for (size_t s = 0; s < out_.size(); ++s)
+            for (uint32_t b = 'A'; b <= 'Z'; ++b) next_[s * 256 + b] = next_[s * 256 + b + 32];
     }
 
-    bool matches(std::string_view lower) const {
+    bool matches(std::string_view text) const {
         uint32_t s = 0;
-        for (char c : lower) {
+        for (char c : text) {
             s = next_[s * 256 + static_cast<unsigned char>(c)];
             if (out_[s]) return true;
         }
@@ -138,7 +142,7 @@ class Gate {
 
   private:
     std::vector<uint32_t> next_;
-    std::vector<bool> out_;
+    std::vector<uint8_t> out_;
 };
 
 const Gate& gate() {
@@ -409,6 +413,7 @@ struct LogScanner::Impl {
     enum class Esc { None, Start, Csi, Osc, OscEnd };
     std::string line;
     std::string lower;
+    PairFilter pairs;
     Esc esc = Esc::None;
     size_t osc_bytes = 0;
     bool pending_cr = false;
@@ -434,8 +439,23 @@ struct LogScanner::Impl {
         esc = Esc::None;
     }
 
+    static bool is_plain(unsigned char u) { return u >= 0x20 && u != 0x7F; }
+
     void feed(std::string_view bytes) {
         for (size_t i = 0; i < bytes.size(); ++i) {
+            // Fast path: a run of ordinary bytes outside any escape sequence.
+            if (esc == Esc::None && !pending_cr) {
+                size_t j = i;
+                while (j < bytes.size() && is_plain(static_cast<unsigned char>(bytes[j]))) ++j;
+                if (j > i) {
+                    line_started = true;
+                    const size_t room = kMaxLineBytes - std::min(line.size(), kMaxLineBytes);
+                    line.append(bytes.data() + i, std::min(room, j - i));
+                    if (j - i > room) truncated = true;
+                    i = j;
+                    if (i == bytes.size()) break;
+                }
+            }
             const char c = bytes[i];
             const auto u = static_cast<unsigned char>(c);
             if (c == '\n') {
@@ -483,12 +503,13 @@ struct LogScanner::Impl {
 
     void process_line(uint64_t number) {
         if (open && number > open->last_line + kWrapperMergeLines) close_open();
+        if (!gate().matches(line)) return;
         lower.resize(line.size());
         std::transform(line.begin(), line.end(), lower.begin(), [](char c) {
             return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
         });
-        if (!gate().matches(lower)) return;
-        const Line l{line, lower, number};
+        pairs.build(lower);
+        const Line l{line, lower, number, &pairs};
 
         if (const Framework e = engine_of(l); e != Framework::Unknown) context.engine = e;
         read_python_context(l, context);
@@ -520,10 +541,15 @@ struct LogScanner::Impl {
             case Observation::Kind::Oom:
                 if (open && can_merge(obs, number)) {
                     merge(obs, l);
-                } else {
-                    close_open();
-                    start(obs, l);
+                    return;
                 }
+                // A generic "out of memory" line right before a message doctor
+                // knows is a summary of it, not a failure of its own.
+                if (open && open->evidence.wording == Wording::Unknown &&
+                    obs.wording != Wording::Unknown && number <= open->last_line + kMergeLines)
+                    open.reset();
+                close_open();
+                start(obs, l);
                 return;
             case Observation::Kind::None:
                 return;
@@ -536,7 +562,10 @@ struct LogScanner::Impl {
             return open->family == Family::Torch &&
                    number <= open->last_line + kWrapperMergeLines &&
                    !open->evidence.saw(obs.wording);
-        if (number > open->last_line + kMergeLines || f != open->family) return false;
+        if (number > open->last_line + kMergeLines) return false;
+        // A generic "out of memory" line right after a known message is its summary.
+        if (obs.wording == Wording::Unknown) return true;
+        if (f != open->family) return false;
         return !open->evidence.saw(obs.wording) || may_repeat(obs.wording);
     }
 
@@ -561,6 +590,7 @@ struct LogScanner::Impl {
     void merge(const Observation& obs, const Line& l) {
         Evidence& e = open->evidence;
         open->last_line = l.number;
+        if (obs.wording == Wording::Unknown && e.wording != Wording::Unknown) return;
         e.wordings_seen |= bit(obs.wording);
         if (e.phase == Phase::Unknown) e.phase = obs.phase;
         e.host_memory = e.host_memory || obs.host_memory;

@@ -2,7 +2,10 @@
 
 #include <string.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdio>
+#include <iterator>
 
 namespace headroom::doctor {
 
@@ -91,8 +94,27 @@ std::optional<uint64_t> scale(const Number& n, uint64_t multiplier) {
 
 }  // namespace
 
+void PairFilter::build(std::string_view lower) {
+    std::fill(std::begin(bits_), std::end(bits_), 0);
+    for (size_t i = 1; i < lower.size(); ++i) {
+        const size_t k =
+            slot(static_cast<unsigned char>(lower[i - 1]), static_cast<unsigned char>(lower[i]));
+        bits_[k >> 6] |= 1ull << (k & 63);
+    }
+}
+
+bool PairFilter::may_contain(std::string_view needle) const {
+    for (size_t i = 1; i < needle.size(); ++i) {
+        const size_t k =
+            slot(static_cast<unsigned char>(needle[i - 1]), static_cast<unsigned char>(needle[i]));
+        if (!(bits_[k >> 6] & (1ull << (k & 63)))) return false;
+    }
+    return true;
+}
+
 size_t Line::find(std::string_view needle, size_t from) const {
     if (from > lower.size() || needle.size() > lower.size() - from) return npos;
+    if (pairs && !pairs->may_contain(needle)) return npos;
     const void* p = memmem(lower.data() + from, lower.size() - from, needle.data(), needle.size());
     return p ? static_cast<size_t>(static_cast<const char*>(p) - lower.data()) : npos;
 }
@@ -192,6 +214,20 @@ bool is_conditional(const Line& line, size_t pos) {
     for (auto word : {"if ", "when ", "avoid", "prevent", "may ", "might ", "could ", "in case"})
         if (before.find(word) != std::string_view::npos) return true;
     return false;
+}
+
+std::string bytes_text(uint64_t n) {
+    static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (n < 1024) return std::to_string(n) + " B";
+    double v = static_cast<double>(n) / 1024;
+    int unit = 0;
+    while (v >= 1024 && unit < 5) {
+        v /= 1024;
+        ++unit;
+    }
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[unit]);
+    return buf;
 }
 
 std::string clip(std::string_view s, size_t n) {

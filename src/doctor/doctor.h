@@ -3,10 +3,10 @@
 // Design. A log is read as a stream of bytes and cut into lines (ANSI colour
 // codes and carriage returns removed, each line capped at kMaxLineBytes so a
 // megabyte-long line costs no more than a normal one). Every line goes through
-// a cheap gate (a handful of memmem() calls on its lower-case copy); only
-// lines that mention memory, allocation or an engine reach the parsers. The
-// parsers are small scanners, one file per framework family, that look for
-// fixed anchors ("tried to allocate", "cudamalloc failed") and read the
+// a gate, one pass of an automaton over a few dozen words; only lines that
+// mention memory, allocation or an engine reach the parsers. The parsers are
+// small scanners, one file per framework family, that look for fixed anchors
+// ("tried to allocate", "cudamalloc failed") with memmem() and read the
 // numbers with units next to them. No regular expressions touch log text, so
 // the whole pass is linear in the size of the log.
 //

@@ -148,6 +148,27 @@ TEST(DoctorAdvice, NotOomOnlyWhenThereIsNoOutOfMemoryError) {
     EXPECT_TRUE(any_fix(r.findings[0], "CUDA_LAUNCH_BLOCKING=1"));
 }
 
+TEST(DoctorAdvice, TracebackFramesNameTheProfilingPhase) {
+    // The frames are vLLM's (https://github.com/vllm-project/vllm/issues/7854);
+    // the error line after them is written for this test.
+    const std::string log =
+        "[rank0]:   File \"/opt/conda/lib/python3.10/site-packages/vllm/worker/worker.py\", line "
+        "179, in determine_num_available_blocks\n"
+        "[rank0]:     self.model_runner.profile_run()\n"
+        "[rank0]:   File \"/opt/conda/lib/python3.10/site-packages/vllm/worker/model_runner.py\", "
+        "line 940, in profile_run\n"
+        "[rank0]:     self.execute_model(model_input, kv_caches, intermediate_tensors)\n"
+        "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB.\n";
+    const Report r = diagnose(log);
+    ASSERT_EQ(r.findings.size(), 1u);
+    const Finding& f = r.findings[0];
+    EXPECT_EQ(f.framework, Framework::Vllm);
+    EXPECT_EQ(f.phase, Phase::Profiling);
+    EXPECT_EQ(f.oom_class, OomClass::ActivationsOrBatch);
+    ASSERT_FALSE(f.fixes.empty());
+    EXPECT_EQ(f.fixes[0].command, "--max-num-batched-tokens 2048");
+}
+
 TEST(DoctorAdvice, EveryClassLeadsWithItsOwnFix) {
     struct Case {
         const char* log;

@@ -5,9 +5,11 @@
 // OSC) are dropped, and a line keeps at most kMaxLineBytes bytes. The state
 // machine survives chunk boundaries, so feed() may be called with any split.
 //
-// Gate. A line reaches the parsers only if its lower-case copy contains one
-// of the gate words below; one pass of an Aho-Corasick automaton decides
-// that, so ordinary log lines cost one table lookup per byte.
+// Gate. A line reaches the parsers only if it contains one of the gate words
+// below in any case; one pass of an Aho-Corasick automaton (upper-case
+// letters folded into its table) decides that, so ordinary log lines cost one
+// table lookup per byte and are never lower-cased. Lines that pass get a
+// lower-case copy and a PairFilter that lets most anchor searches end early.
 //
 // Merging. One failure often spans several lines (a wrapped PyTorch message,
 // llama.cpp's allocation chain, the kernel's OOM report). An open finding

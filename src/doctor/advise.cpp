@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <string>
 
 #include "core/units.h"
 #include "doctor/advisor.h"
@@ -71,10 +72,13 @@ std::string dominant_type(const ModelFacts& m) {
     return name;
 }
 
-// "0.85" for a fraction, rounded down to two decimals.
+// A memory fraction rounded down to two decimals, as the flags take it.
+double round_fraction(double v) {
+    return std::clamp(std::floor(v * 100) / 100, 0.05, 0.99);
+}
+
 std::string fraction(double v) {
-    v = std::clamp(std::floor(v * 100) / 100, 0.05, 0.99);
-    return fmt::format("{:.2f}", v);
+    return fmt::format("{:.2f}", round_fraction(v));
 }
 
 class Advice {
@@ -486,13 +490,16 @@ class Advice {
     void utilization() {
         switch (e_.wording) {
             case Wording::VllmFreeMemoryStartup:
-                if (f_.free_bytes && f_.total_bytes && *f_.total_bytes)
-                    add("Ask for what is free",
-                        fmt::format("--gpu-memory-utilization {}",
-                                    fraction(static_cast<double>(*f_.free_bytes) /
-                                                 static_cast<double>(*f_.total_bytes) -
-                                             0.01)),
-                        fmt::format("vLLM asks for less than the {} free", b(*f_.free_bytes)));
+                if (f_.free_bytes && f_.total_bytes && *f_.total_bytes) {
+                    const double u = round_fraction(static_cast<double>(*f_.free_bytes) /
+                                                        static_cast<double>(*f_.total_bytes) -
+                                                    0.01);
+                    const auto asked =
+                        static_cast<uint64_t>(u * static_cast<double>(*f_.total_bytes));
+                    add("Ask for what is free", fmt::format("--gpu-memory-utilization {:.2f}", u),
+                        fmt::format("vLLM asks for {} of the {} free", b(asked),
+                                    b(*f_.free_bytes)));
+                }
                 add("Or free the GPU", "nvidia-smi, then stop what holds memory",
                     f_.other_processes_bytes
                         ? fmt::format("{} is held outside vLLM", b(*f_.other_processes_bytes))
@@ -564,6 +571,10 @@ class Advice {
                                       b(*f_.requested_bytes))
                         : std::string("the KV cache shrinks in proportion to the context"));
             }
+            if (f_.phase == Phase::KvCache) {
+                add("Quantize the KV cache", "-fa on -ctk q8_0 -ctv q8_0", "halves the KV cache");
+                return;
+            }
             add("Memory-map the weights", "drop --no-mmap (Ollama: use_mmap true)",
                 "weights are paged from the file instead of copied into RAM");
             add("Use a smaller quantization", "a Q4_K_M file", "fewer bytes of weights to hold");
@@ -586,7 +597,11 @@ class Advice {
     }
 
     void unrecognised() {
-        if (f_.phase == Phase::Unknown && ggml())
+        if (f_.phase == Phase::Unknown && fw() == Framework::Ollama)
+            add("Reduce the context and the layers on the GPU",
+                "OLLAMA_CONTEXT_LENGTH=4096 and a smaller num_gpu",
+                "lowers the KV cache and the weights on the GPU until it fits");
+        else if (f_.phase == Phase::Unknown && ggml())
             add("Reduce the context and the layers on the GPU", "-c 4096 -ngl <fewer>",
                 "lowers the KV cache and the weights on the GPU until it fits");
         else if (f_.phase == Phase::Unknown && fw() == Framework::Vllm)

@@ -7,6 +7,7 @@
 
 namespace headroom::cli {
 
+void add_doctor_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
 void add_synth_command(CLI::App& app);

@@ -13,5 +13,7 @@ void add_quantize_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+// `bench serve`, registered under the bench command.
+void add_bench_serve_subcommand(CLI::App& bench);
 
 }  // namespace headroom::cli

@@ -19,6 +19,7 @@
 
 #include "format/gguf-reader.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace {
 
@@ -48,20 +49,30 @@ std::string corpus_text() {
                 text.push_back(line[i]);
                 continue;
             }
-            const char c = line[++i];
-            if (c == 'n')
-                text.push_back('\n');
-            else if (c == 't')
-                text.push_back('\t');
-            else if (c == 'r')
-                text.push_back('\r');
-            else if (c == 'x') {
-                text.push_back(static_cast<char>(std::stoi(line.substr(i + 1, 2), nullptr, 16)));
-                i += 2;
-            } else if (c == 'u') {
-                i = line.find('}', i);  // rare; dropped
-            } else {
-                text.push_back(c);
+            switch (const char c = line[++i]) {
+                case 'n':
+                    text.push_back('\n');
+                    break;
+                case 't':
+                    text.push_back('\t');
+                    break;
+                case 'r':
+                    text.push_back('\r');
+                    break;
+                case 'x':
+                    text.push_back(
+                        static_cast<char>(std::stoi(line.substr(i + 1, 2), nullptr, 16)));
+                    i += 2;
+                    break;
+                case 'u': {
+                    const size_t end = line.find('}', i);
+                    headroom::unicode::append_utf8(
+                        std::stoul(line.substr(i + 2, end - i - 2), nullptr, 16), text);
+                    i = end;
+                    break;
+                }
+                default:
+                    text.push_back(c);
             }
         }
         text.push_back('\n');

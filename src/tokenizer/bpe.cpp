@@ -236,7 +236,7 @@ void BpeTokenizer::append_normal_piece(int32_t id, std::string& out) const {
 }
 
 size_t BpeTokenizer::model_memory_bytes() const {
-    return merge_slots_.capacity() * sizeof(MergeSlot) +
+    return sizeof(*this) + merge_slots_.capacity() * sizeof(MergeSlot) +
            merge_result_.capacity() * sizeof(int32_t) + extra_blob_.capacity() +
            extra_.capacity() * sizeof(extra_[0]) + extra_index_.memory_bytes();
 }

@@ -21,7 +21,7 @@ class SpmTokenizer final : public Tokenizer {
     void encode_text(std::string_view text, bool after_special,
                      std::vector<int32_t>& out) const override;
     void append_normal_piece(int32_t id, std::string& out) const override;
-    size_t model_memory_bytes() const override { return 0; }
+    size_t model_memory_bytes() const override { return sizeof(*this); }
 
   private:
     std::array<int32_t, 256> byte_tokens_;  // -1 where a byte has no token

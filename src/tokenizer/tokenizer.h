@@ -80,7 +80,8 @@ class Tokenizer {
     VocabType type() const { return vocab_.type(); }
     const Vocab& vocab() const { return vocab_; }
 
-    // Heap bytes held: vocabulary texts and tables, merge ranks, trie.
+    // Heap bytes held: this object, vocabulary texts and tables, merge ranks,
+    // the special-token trie (capacities, not sizes).
     size_t memory_bytes() const;
 
   protected:

@@ -2,6 +2,9 @@
 // \s ...) from a generated range table, UTF-8 decoding that never fails, and
 // GPT-2's byte <-> printable-character map.
 //
+// The table is Unicode 14.0 (see the generator for how that differs from
+// llama.cpp's 15.1 and when it matters).
+//
 // Decoding follows llama.cpp's, because the reference ids depend on it: a lead
 // byte announces the length, only the continuation bytes' top bits are
 // checked (so overlong forms and surrogates decode), and anything else turns

@@ -3,6 +3,9 @@
 // scripts/fetch-model.sh smollm2-135m, gemma3-270m; scripts/fetch-reference-data.sh.
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
+#include <cstdio>
 #include <filesystem>
 
 #include "format/gguf-reader.h"
@@ -34,6 +37,25 @@ TEST_P(TokenizerGolden, MatchesLlamaCpp) {
     const auto file = gguf::GgufFile::open(path);
     const auto tok = Tokenizer::from_gguf(file);
     test::check_golden(*tok, GetParam().name);
+}
+
+// memory_bytes() against what the allocator handed out while building.
+TEST_P(TokenizerGolden, MemoryBytesMatchTheAllocator) {
+    const std::string path = cached(GetParam().file);
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is not fetched";
+    const auto file = gguf::GgufFile::open(path);
+    const auto in_use = [] {
+        const struct mallinfo2 m = mallinfo2();
+        return m.uordblks + m.hblkhd;
+    };
+    const size_t before = in_use();
+    const auto tok = Tokenizer::from_gguf(file);
+    const size_t measured = in_use() - before;
+    if (measured == 0) GTEST_SKIP() << "mallinfo2 sees no allocations (sanitizer build?)";
+    const double reported = static_cast<double>(tok->memory_bytes());
+    std::printf("[ memory   ] %s: memory_bytes %.2f MB, allocator %.2f MB\n", GetParam().name,
+                reported / 1e6, measured / 1e6);
+    EXPECT_NEAR(reported, static_cast<double>(measured), 0.02 * static_cast<double>(measured));
 }
 
 INSTANTIATE_TEST_SUITE_P(

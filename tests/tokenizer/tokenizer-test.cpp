@@ -230,7 +230,7 @@ TEST(SpmTokenizer, Decodes) {
     EXPECT_EQ(tok->eos_id(), 2);
 }
 
-TEST(StreamDecoder, HoldsIncompleteCharacters) {
+TEST(TokenizerStreamDecoder, HoldsIncompleteCharacters) {
     const auto tok = load(spm_vocab());
     StreamDecoder s(*tok);
     // 😀 = F0 9F 98 80 and 中 = E4 B8 AD, one byte token each.
@@ -254,7 +254,7 @@ TEST(StreamDecoder, HoldsIncompleteCharacters) {
     EXPECT_EQ(s.push(kByte0 + 0xFF), "\xEF\xBF\xBD");  // never valid: replaced at once
 }
 
-TEST(StreamDecoder, RendersSpecialTokensOnRequest) {
+TEST(TokenizerStreamDecoder, RendersSpecialTokensOnRequest) {
     const auto tok = load(bpe_vocab());
     StreamDecoder plain(*tok);
     EXPECT_EQ(plain.push(kImEnd), "");

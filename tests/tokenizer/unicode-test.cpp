@@ -7,7 +7,7 @@
 namespace headroom::unicode {
 namespace {
 
-TEST(Unicode, ClassesFollowTheGeneralCategory) {
+TEST(TokenizerUnicode, ClassesFollowTheGeneralCategory) {
     using C = CodepointClass;
     EXPECT_EQ(codepoint_class('a'), C::Letter);
     EXPECT_EQ(codepoint_class('Z'), C::Letter);
@@ -30,7 +30,7 @@ TEST(Unicode, ClassesFollowTheGeneralCategory) {
     EXPECT_EQ(codepoint_class(0x00A0), C::Separator);
 }
 
-TEST(Unicode, WhitespaceIsTheWhiteSpaceProperty) {
+TEST(TokenizerUnicode, WhitespaceIsTheWhiteSpaceProperty) {
     for (uint32_t c : {0x09u, 0x0Au, 0x0Bu, 0x0Cu, 0x0Du, 0x20u, 0x85u, 0xA0u, 0x1680u, 0x2000u,
                        0x200Au, 0x2028u, 0x2029u, 0x202Fu, 0x205Fu, 0x3000u}) {
         EXPECT_TRUE(codepoint_bits(c) & kWhitespaceBit) << std::hex << c;
@@ -47,7 +47,7 @@ std::vector<uint32_t> decode(std::string_view s) {
     return out;
 }
 
-TEST(Unicode, DecodesLikeLlamaCpp) {
+TEST(TokenizerUnicode, DecodesLikeLlamaCpp) {
     EXPECT_EQ(decode("a\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80"),
               (std::vector<uint32_t>{'a', 0xE9, 0x4E2D, 0x1F600}));
     // Lenient: only continuation bits are checked, so overlong forms and
@@ -61,13 +61,13 @@ TEST(Unicode, DecodesLikeLlamaCpp) {
     EXPECT_EQ(decode("\xF4\x90\x80\x80"), (std::vector<uint32_t>{kReplacement}));  // > U+10FFFF
 }
 
-TEST(Unicode, EncodesUtf8) {
+TEST(TokenizerUnicode, EncodesUtf8) {
     std::string s;
     for (uint32_t c : {0x41u, 0xE9u, 0x4E2Du, 0x1F600u, 0x110000u}) append_utf8(c, s);
     EXPECT_EQ(s, "A\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80\xEF\xBF\xBD");
 }
 
-TEST(Unicode, Gpt2ByteCharacters) {
+TEST(TokenizerUnicode, Gpt2ByteCharacters) {
     // Printable bytes are themselves; the others count up from U+0100.
     EXPECT_EQ(byte_to_gpt2_codepoint('a'), uint32_t{'a'});
     EXPECT_EQ(byte_to_gpt2_codepoint(0x00), 0x100u);
@@ -88,7 +88,7 @@ std::string sanitize(std::string_view s) {
     return out;
 }
 
-TEST(Unicode, SanitizesMaximalInvalidSubparts) {
+TEST(TokenizerUnicode, SanitizesMaximalInvalidSubparts) {
     const std::string r = "\xEF\xBF\xBD";
     EXPECT_EQ(sanitize("plain \xE4\xB8\xAD"), "plain \xE4\xB8\xAD");
     EXPECT_EQ(sanitize("a\xE4\xB8"
@@ -100,7 +100,7 @@ TEST(Unicode, SanitizesMaximalInvalidSubparts) {
     EXPECT_EQ(sanitize("\xFF\xFE"), r + r);
 }
 
-TEST(Unicode, FindsTheIncompleteTail) {
+TEST(TokenizerUnicode, FindsTheIncompleteTail) {
     EXPECT_EQ(incomplete_utf8_suffix(""), 0u);
     EXPECT_EQ(incomplete_utf8_suffix("abc"), 0u);
     EXPECT_EQ(incomplete_utf8_suffix("a\xE4"), 1u);

@@ -57,12 +57,12 @@ std::string load_error(gguf::GgufWriter w, const std::function<void(gguf::GgufWr
         }                                                                      \
     } while (0)
 
-TEST(VocabErrors, ValidBasesLoad) {
+TEST(TokenizerVocabErrors, ValidBasesLoad) {
     EXPECT_EQ(load_error(base_bpe(), [](auto&) {}), "");
     EXPECT_EQ(load_error(base_spm(), [](auto&) {}), "");
 }
 
-TEST(VocabErrors, ModelAndPreTokenizer) {
+TEST(TokenizerVocabErrors, ModelAndPreTokenizer) {
     gguf::GgufWriter empty;
     empty.set_string("general.architecture", "llama");
     empty.set_strings("tokenizer.ggml.tokens", {"a"});
@@ -77,7 +77,7 @@ TEST(VocabErrors, ModelAndPreTokenizer) {
         "tokenizer.ggml.pre", "'tekken'", "llama-bpe");
 }
 
-TEST(VocabErrors, TokenArrays) {
+TEST(TokenizerVocabErrors, TokenArrays) {
     EXPECT_ERROR_NAMES(
         base_bpe,
         [](auto& w) {
@@ -137,7 +137,7 @@ TEST(VocabErrors, TokenArrays) {
         "tokenizer.ggml.tokens[3]", "<0xXX>");
 }
 
-TEST(VocabErrors, SpecialIds) {
+TEST(TokenizerVocabErrors, SpecialIds) {
     EXPECT_ERROR_NAMES(
         base_bpe, [](auto& w) { w.set_u32("tokenizer.ggml.bos_token_id", 4); },
         "tokenizer.ggml.bos_token_id", "4", "4 tokens");
@@ -152,7 +152,7 @@ TEST(VocabErrors, SpecialIds) {
         "tokenizer.ggml.add_bos_token");
 }
 
-TEST(VocabErrors, Merges) {
+TEST(TokenizerVocabErrors, Merges) {
     EXPECT_ERROR_NAMES(
         base_bpe, [](auto& w) { w.set_strings("tokenizer.ggml.merges", {"ab"}); },
         "tokenizer.ggml.merges[0]", "'ab'");

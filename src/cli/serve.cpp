@@ -180,8 +180,10 @@ void serve(ServeOptions& o) {
     while (engine.n_active() > 0 && std::chrono::steady_clock::now() < deadline &&
            !signals.wait_for(2, std::chrono::milliseconds(50))) {
     }
-    const size_t n_aborted = engine.n_active();
+    auto& n_aborts = metrics.finished[static_cast<size_t>(FinishReason::Abort)];
+    const uint64_t n_aborts_before = n_aborts.load();
     engine.shutdown(std::chrono::milliseconds(0));  // aborts what is left
+    const uint64_t n_aborted = n_aborts.load() - n_aborts_before;
     http.join();
     fmt::print(stderr, "headroom serve: stopped{}\n",
                n_aborted ? fmt::format(" ({} requests aborted)", n_aborted) : "");

@@ -63,12 +63,9 @@ class Generation {
     bool provide(httplib::DataSink& sink) {
         try {
             std::string out;
-            if (stream_ && !started_) {
-                json first = chunk_response(meta_, "", true, FinishReason::None, nullptr);
-                if (truncation_.happened())
-                    first["prompt_truncation"] = truncation_json(truncation_);
-                append_sse_event(out, dump(first));
-            }
+            // A chat stream opens with the assistant's role at once, as OpenAI's does.
+            if (stream_ && !started_ && meta_.endpoint == Endpoint::Chat)
+                append_chunk(chunk_response(meta_, "", true, FinishReason::None, nullptr), out);
             started_ = true;
             TokenEvent ev;
             if (!request_->next(ev, kPollInterval)) {
@@ -126,13 +123,21 @@ class Generation {
         return logprobs_->take();
     }
 
+    // The first chunk of a stream also says how the prompt was truncated.
+    void append_chunk(json chunk, std::string& out) {
+        if (!sent_chunk_ && truncation_.happened())
+            chunk["prompt_truncation"] = truncation_json(truncation_);
+        sent_chunk_ = true;
+        append_sse_event(out, dump(chunk));
+    }
+
     void append_stream_events(const std::string& text, std::string& out) {
         const bool has_logprobs = logprobs_ && !logprobs_->empty();
         if (!text.empty() || has_logprobs)
-            append_sse_event(
-                out, dump(chunk_response(meta_, text, false, FinishReason::None, take_logprobs())));
+            append_chunk(chunk_response(meta_, text, false, FinishReason::None, take_logprobs()),
+                         out);
         if (finish_ == FinishReason::None) return;
-        append_sse_event(out, dump(chunk_response(meta_, "", false, finish_, nullptr)));
+        append_chunk(chunk_response(meta_, "", false, finish_, nullptr), out);
         if (include_usage_) append_sse_event(out, dump(usage_chunk(meta_, usage())));
         out += kSseDone;
     }
@@ -171,6 +176,7 @@ class Generation {
     std::string text_;  // the whole output, when not streaming
     FinishReason finish_ = FinishReason::None;
     bool started_ = false;
+    bool sent_chunk_ = false;
     bool cancelled_ = false;
 };
 

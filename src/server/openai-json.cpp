@@ -8,6 +8,7 @@
 #include <random>
 
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace headroom::server {
 
@@ -427,9 +428,17 @@ LogprobsBuilder::LogprobsBuilder(Endpoint endpoint, const Tokenizer& tokenizer, 
     take();
 }
 
-std::string LogprobsBuilder::piece(int32_t token) const {
+std::string LogprobsBuilder::raw_piece(int32_t token) const {
     std::string s;
     tokenizer_.append_piece(token, true, s);
+    return s;
+}
+
+std::string LogprobsBuilder::piece(int32_t token) const {
+    // A byte token alone is not UTF-8: shown as U+FFFD, as the text would
+    // show it; the chat format's "bytes" keep the raw bytes.
+    std::string s;
+    unicode::append_sanitized_utf8(raw_piece(token), s);
     return s;
 }
 
@@ -438,6 +447,12 @@ namespace {
 // OpenAI reports -9999 where the probability underflows; JSON has no -inf.
 double finite_logprob(float lp) {
     return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0;
+}
+
+size_t n_codepoints(std::string_view utf8) {
+    size_t n = 0;
+    for (const char c : utf8) n += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+    return n;
 }
 
 json bytes_json(const std::string& s) {
@@ -454,25 +469,26 @@ void LogprobsBuilder::add(int32_t token, float logprob, const std::vector<TokenL
     if (endpoint_ == Endpoint::Chat) {
         json alternatives = json::array();
         for (size_t i = 0; i < top.size() && i < n_top_; ++i) {
-            const std::string alt = piece(top[i].token);
-            alternatives.push_back({{"token", alt},
+            alternatives.push_back({{"token", piece(top[i].token)},
                                     {"logprob", finite_logprob(top[i].logprob)},
-                                    {"bytes", bytes_json(alt)}});
+                                    {"bytes", bytes_json(raw_piece(top[i].token))}});
         }
         entries_.push_back({{"token", text},
                             {"logprob", finite_logprob(logprob)},
-                            {"bytes", bytes_json(text)},
+                            {"bytes", bytes_json(raw_piece(token))},
                             {"top_logprobs", std::move(alternatives)}});
         return;
     }
+    // Tokens that render alike (byte tokens as U+FFFD) share a key: the
+    // likelier one, listed first, keeps it.
     json alternatives = json::object();
     for (size_t i = 0; i < top.size() && i < n_top_; ++i)
-        alternatives[piece(top[i].token)] = finite_logprob(top[i].logprob);
+        alternatives.emplace(piece(top[i].token), finite_logprob(top[i].logprob));
     entries_["tokens"].push_back(text);
     entries_["token_logprobs"].push_back(finite_logprob(logprob));
     entries_["top_logprobs"].push_back(std::move(alternatives));
     entries_["text_offset"].push_back(text_offset_);
-    text_offset_ += text.size();
+    text_offset_ += n_codepoints(text);
 }
 
 json LogprobsBuilder::take() {

@@ -102,7 +102,9 @@ std::string new_response_id(Endpoint endpoint);
 // Per-token logprobs, accumulated in the format of the endpoint:
 //   chat:       {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}
 //   completion: {"tokens", "token_logprobs", "top_logprobs": [{text: logprob}], "text_offset"}
-// text_offset counts bytes of the completion text, continuing across take() calls.
+// Token texts are valid UTF-8 (a byte token alone shows as U+FFFD; chat's
+// "bytes" keep the raw bytes). text_offset counts characters (code points)
+// of the token texts before each token, continuing across take() calls.
 class LogprobsBuilder {
   public:
     LogprobsBuilder(Endpoint endpoint, const Tokenizer& tokenizer, uint32_t n_top);
@@ -112,6 +114,7 @@ class LogprobsBuilder {
     nlohmann::json take();
 
   private:
+    std::string raw_piece(int32_t token) const;
     std::string piece(int32_t token) const;
 
     Endpoint endpoint_;

@@ -300,6 +300,13 @@ void HttpServer::start() {
         s.config.n_http_threads ? s.config.n_http_threads : s.config.max_queued + 32;
     s.http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
     s.http.set_payload_max_length(s.config.max_body_bytes);
+    // httplib's default adds SO_REUSEPORT, which lets a second server bind
+    // the same port and silently take half the connections. Only reuse the
+    // address (a restart need not wait out TIME_WAIT).
+    s.http.set_socket_options([](socket_t sock) {
+        int yes = 1;
+        ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     s.routes();
     if (s.config.port == 0) {
         s.port = s.http.bind_to_any_port(s.config.host);

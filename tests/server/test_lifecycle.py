@@ -5,19 +5,20 @@
   - past --shutdown-timeout the rest are aborted (finish_reason "abort",
     the stream still ends with [DONE]), and a second signal aborts at once;
     both exit 0;
-  - binding beyond loopback without --api-key warns."""
+  - binding beyond loopback without --api-key warns; a taken port is an error."""
 import http.client
 import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serverlib import Server, fail_if, synth_tiny  # noqa: E402
+from serverlib import Server, fail_if, headroom_bin, synth_tiny  # noqa: E402
 
 tmp = tempfile.mkdtemp(prefix="headroom-serve-")
 model = synth_tiny(tmp)
@@ -134,5 +135,10 @@ with Server(COMMON + ["--host", "0.0.0.0"]) as server:
     fail_if(server.stop() != 0, "exit code")
 with Server(COMMON + ["--host", "0.0.0.0", "--api-key", "k"]) as server:
     fail_if("without --api-key" in server.log_text(), f"warning with a key: {server.log_text()}")
+    # A second server on a taken port says so instead of sharing it.
+    p = subprocess.run([headroom_bin(), "serve", *COMMON, "--port", str(server.port)],
+                       capture_output=True, text=True, timeout=60)
+    fail_if(p.returncode != 1 or "cannot listen" not in p.stderr or "in use" not in p.stderr,
+            f"second server on port {server.port}: exit {p.returncode}: {p.stderr}")
     fail_if(server.stop() != 0, "exit code")
-print("ok: serving beyond loopback without --api-key warns")
+print("ok: serving beyond loopback without --api-key warns; a taken port is an error")

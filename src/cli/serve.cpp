@@ -56,14 +56,14 @@ class SignalWaiter {
         std::lock_guard lk(mu_);
         loading_ = loading;
     }
+    void wait(int n) {
+        std::unique_lock lk(mu_);
+        cv_.wait(lk, [&] { return n_signals_ >= n; });
+    }
     // Waits up to `timeout` for at least `n` signals; true if they came.
     bool wait_for(int n, std::chrono::milliseconds timeout) {
         std::unique_lock lk(mu_);
         return cv_.wait_for(lk, timeout, [&] { return n_signals_ >= n; });
-    }
-    bool received(int n) {
-        std::lock_guard lk(mu_);
-        return n_signals_ >= n;
     }
 
   private:
@@ -118,7 +118,8 @@ void serve(ServeOptions& o) {
     const std::string name =
         o.served_model_name.empty() ? default_model_name(o.engine.model) : o.served_model_name;
 
-    SignalWaiter signals;
+    // Never destroyed: its thread waits for signals until the process ends.
+    SignalWaiter& signals = *new SignalWaiter;
     ProcessMemory process;
     process.rss_start_bytes = current_rss_bytes();
     if (!is_loopback(sc.host) && sc.api_key.empty())
@@ -168,7 +169,7 @@ void serve(ServeOptions& o) {
                name, chat_template.source(), c.max_model_len, c.max_num_seqs,
                runner.cache().n_blocks_total(), summary);
 
-    signals.wait_for(1, std::chrono::hours(24 * 365 * 100));
+    signals.wait(1);
     const auto timeout =
         std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000));
     fmt::print(stderr,

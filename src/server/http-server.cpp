@@ -103,7 +103,12 @@ httplib::Server::HandlerResponse HttpServer::Impl::pre_route(const httplib::Requ
         errno = 0;
         char* end = nullptr;
         const unsigned long long n = std::strtoull(value.c_str(), &end, 10);
-        if (value.empty() || *end != '\0' || errno == ERANGE || n > config.max_body_bytes) {
+        if (value.empty() || *end != '\0' || value[0] == '-') {
+            close_after_response(req);
+            set_error(res, bad_request("", fmt::format("invalid Content-Length '{}'", value)));
+            return R::Handled;
+        }
+        if (errno == ERANGE || n > config.max_body_bytes) {
             close_after_response(req);
             set_error(res, status_error(413,
                                         fmt::format("the request body ({} bytes) is over the "

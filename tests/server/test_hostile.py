@@ -226,6 +226,10 @@ with Server(["-m", model, "--api-key", KEY, "--max-body", "64KiB", "--max-model-
     fail_if(status_of(raw) != 413, f"chunked oversized body: {raw[:300]}")
     cases.append(("chunked oversized body", 413))
     # ---- Broken HTTP -------------------------------------------------------------
+    raw, _ = raw_exchange(server, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Length: twelve\r\n\r\n{}")
+    fail_if(status_of(raw) != 400, f"invalid Content-Length: {raw[:200]}")
+    cases.append(("invalid Content-Length", 400))
     raw, _ = raw_exchange(server, b"HELLO THERE\r\n\r\n")
     fail_if(status_of(raw) not in (None, 400), f"garbage request line: {raw[:200]}")
     cases.append(("garbage request line", status_of(raw) or "closed"))

@@ -6,6 +6,7 @@ against an expectation the test derives itself:
   - without max_tokens a request runs to max_model_len;
   - content parts and the developer role render as their plain equivalents;
   - completions logprobs (legacy format) cover every generated token;
+  - /v1/memory has the shape and the plan of `run --memory-report-json`;
   - long chats: 400 naming the numbers by default; with --truncate-history or
     truncate_prompt_tokens the fewest oldest turns are dropped so that the
     rest fits, and the response says how many tokens and messages went. The
@@ -13,11 +14,12 @@ against an expectation the test derives itself:
     for the whole conversation."""
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serverlib import Server, fail_if, sse_events, synth_tiny  # noqa: E402
+from serverlib import Server, fail_if, headroom_bin, sse_events, synth_tiny  # noqa: E402
 
 import openai  # noqa: E402
 
@@ -100,6 +102,27 @@ with Server(COMMON + ["--max-model-len", "4096"]) as big:
     fail_if(prompt_tokens([{"role": "developer", "content": "be brief"}] + [final]) !=
             prompt_tokens([{"role": "system", "content": "be brief"}] + [final]),
             "developer role differs from system")
+
+    # ---- /v1/memory has the shape of `run --memory-report-json` -------------------
+    report = os.path.join(tmp, "report.json")
+    subprocess.run([headroom_bin(), "run", *COMMON, "--max-model-len", "4096", "--max-num-seqs",
+                    "32", "-p", "a", "-n", "1", "--memory-report-json", report], check=True,
+                   capture_output=True, timeout=120)
+
+    def shape(j):
+        if isinstance(j, dict):
+            return {k: shape(v) for k, v in j.items()}
+        if isinstance(j, list):
+            return [shape(v) for v in j]
+        return type(j).__name__
+
+    status, memory = big.request("GET", "/v1/memory")
+    with open(report) as f:
+        expected = json.load(f)
+    fail_if(status != 200 or shape(memory) != shape(expected),
+            f"/v1/memory shape differs from run's report:\n{shape(memory)}\n{shape(expected)}")
+    fail_if(memory["config"] != expected["config"] or memory["predicted"] != expected["predicted"],
+            f"same flags, different plan: {memory['config']} {expected['config']}")
 
     # ---- Prompt lengths after dropping 0..n_turns-1 turns, measured in full -------
     lengths = [prompt_tokens(conversation(k)) for k in range(n_turns)]

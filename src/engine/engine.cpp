@@ -265,6 +265,12 @@ void Engine::update_gauges() {
     metrics_.n_running.store(scheduler_.n_running(), std::memory_order_relaxed);
     metrics_.n_waiting.store(scheduler_.n_waiting(), std::memory_order_relaxed);
     metrics_.kv_blocks_used.store(runner_.cache().n_blocks_used(), std::memory_order_relaxed);
+    const KvCache& cache = runner_.cache();
+    for (size_t g = 0; g < std::min(cache.n_groups(), EngineMetrics::kMaxKvGroups); ++g) {
+        metrics_.kv_group_blocks_used[g].store(cache.pool(g).n_used(), std::memory_order_relaxed);
+        metrics_.kv_group_blocks_cached[g].store(cache.pool(g).n_cached(),
+                                                 std::memory_order_relaxed);
+    }
     const auto& ps = runner_.cache().prefix_stats();
     metrics_.prefix_query_tokens.store(ps.query_tokens, std::memory_order_relaxed);
     metrics_.prefix_hit_tokens.store(ps.hit_tokens, std::memory_order_relaxed);

@@ -49,6 +49,11 @@ struct EngineMetrics {
     std::atomic<uint64_t> generation_tokens{0};
     std::atomic<uint64_t> n_steps{0};
     std::atomic<uint64_t> requests_refused{0};
+    // Per KV layer group (full attention, sliding window): blocks in use and
+    // blocks free but still findable by the prefix cache, for GET /v1/memory.
+    static constexpr size_t kMaxKvGroups = 4;
+    std::array<std::atomic<uint64_t>, kMaxKvGroups> kv_group_blocks_used{};
+    std::array<std::atomic<uint64_t>, kMaxKvGroups> kv_group_blocks_cached{};
     std::array<std::atomic<uint64_t>, 5> finished{};  // by FinishReason
     Histogram ttft_s;                                 // time to first token
     Histogram itl_s;                                  // inter-token latency

@@ -62,6 +62,10 @@ struct EngineConfig {
     KvDtype kv_dtype = KvDtype::F16;
     uint32_t block_size = 16;
     uint32_t n_threads = 1;
+    // The first n_cpu_layers transformer blocks keep their weights and KV in
+    // host memory (a GPU plan with layers left on the CPU): the terms count
+    // only what the device holds. 0 on a CPU-only engine.
+    uint32_t n_cpu_layers = 0;
 };
 
 // How much memory the engine may use.
@@ -73,6 +77,10 @@ struct BudgetSpec {
     // If nonzero, the KV pool gets exactly this many bytes and the budget is
     // the sum of the four terms.
     uint64_t kv_cache_bytes = 0;
+    // What the device's backend holds before the engine allocates anything
+    // (a CUDA context and library workspaces), counted in the runtime term.
+    // 0 on the CPU.
+    uint64_t device_context_bytes = 0;
 };
 
 // Layers whose KV shares one block geometry and one pool region.
@@ -89,10 +97,12 @@ struct KvGroupPlan {
 struct RuntimeBreakdown {
     uint64_t thread_stacks_bytes = 0;
     uint64_t tokenizer_bytes = 0;
-    uint64_t sequences_bytes = 0;     // token lists and block tables of max_num_seqs sequences
-    uint64_t prefix_index_bytes = 0;  // the prefix cache's hash index over all blocks
+    uint64_t sequences_bytes = 0;       // token lists and block tables of max_num_seqs sequences
+    uint64_t prefix_index_bytes = 0;    // the prefix cache's hash index over all blocks
+    uint64_t device_context_bytes = 0;  // BudgetSpec::device_context_bytes
     uint64_t total() const {
-        return thread_stacks_bytes + tokenizer_bytes + sequences_bytes + prefix_index_bytes;
+        return thread_stacks_bytes + tokenizer_bytes + sequences_bytes + prefix_index_bytes +
+               device_context_bytes;
     }
 };
 
@@ -121,7 +131,8 @@ struct MemoryPlan {
     }
 };
 
-// The KV layer groups of a model (without pool sizes).
+// The KV layer groups of a model (without pool sizes), for the layers from
+// config.n_cpu_layers on.
 std::vector<KvGroupPlan> kv_groups_for(const HParams& hp, const EngineConfig& config);
 
 // Resolves defaults and computes every term. Never throws for a configuration

@@ -12,5 +12,6 @@ void add_quantize_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 
 }  // namespace headroom::cli

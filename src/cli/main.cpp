@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.get_formatter()->column_width(36);
     headroom::cli::add_run_command(app);
+    headroom::cli::add_plan_command(app);
     headroom::cli::add_inspect_command(app);
     headroom::cli::add_quantize_command(app);
     headroom::cli::add_synth_command(app);

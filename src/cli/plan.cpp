@@ -118,17 +118,32 @@ Device resolve_device(const PlanOptions& o) {
     return host_device();
 }
 
-std::string verdict_text(const PlanModel& m, const Device& d, const Plan& p) {
+std::string seqs_text(uint64_t n) {
+    return fmt::format("{} {}", n, n == 1 ? "sequence" : "sequences");
+}
+
+std::string verdict_text(const PlanModel& m, const Device& d, const Plan& p, const Capacity& cap) {
     const auto& c = p.mem.config;
     if (!p.mem.fits)
         return fmt::format("DOES NOT FIT: {} on {}: {}", m.name, d.name, p.mem.refusal);
     if (p.fits_all())
-        return fmt::format("FITS: {} on {}: {} of {} sequences of {} tokens at once", m.name,
-                           d.name, c.max_num_seqs, c.max_num_seqs, c.max_model_len);
+        return fmt::format("FITS: {} on {}: {} of {} tokens at once (room for {})", m.name, d.name,
+                           seqs_text(c.max_num_seqs), c.max_model_len,
+                           cap.max_num_seqs_at_max_model_len);
     return fmt::format(
-        "FITS, PARTLY: {} on {}: {} of {} sequences of {} tokens at once; the others wait for KV "
-        "blocks",
-        m.name, d.name, p.mem.max_num_seqs_at_max_model_len, c.max_num_seqs, c.max_model_len);
+        "FITS, PARTLY: {} on {}: {} of {} {} of {} tokens at once; the others wait for KV blocks",
+        m.name, d.name, p.mem.max_num_seqs_at_max_model_len, c.max_num_seqs,
+        c.max_num_seqs == 1 ? "sequence" : "sequences", c.max_model_len);
+}
+
+std::string capacity_text(const Plan& p, const Capacity& cap) {
+    const auto& c = p.mem.config;
+    return fmt::format(
+        "at {} tokens: up to {} at once; {}: up to {} tokens each{}", c.max_model_len,
+        seqs_text(cap.max_num_seqs_at_max_model_len),
+        c.max_num_seqs == 1 ? "one sequence" : fmt::format("{} sequences", c.max_num_seqs),
+        format_count(cap.max_model_len_at_max_num_seqs),
+        cap.len_is_trained_context ? " (the trained context)" : "");
 }
 
 std::string budget_text(const Device& d, const Plan& p) {
@@ -165,7 +180,7 @@ json suggestion_json(const Suggestion& s) {
         {"llama_cpp", s.llama_cpp_cmd.empty() ? json(nullptr) : json(s.llama_cpp_cmd)}};
 }
 
-json plan_json(const PlanModel& m, const Device& d, const Plan& p,
+json plan_json(const PlanModel& m, const Device& d, const Plan& p, const Capacity& cap,
                const std::vector<Suggestion>& sugg, const std::vector<QuantRow>* quant) {
     const MemoryPlan& mp = p.mem;
     const auto& c = mp.config;
@@ -187,7 +202,7 @@ json plan_json(const PlanModel& m, const Device& d, const Plan& p,
     json out = {
         {"fits", mp.fits},
         {"fits_all_seqs", p.fits_all()},
-        {"verdict", verdict_text(m, d, p)},
+        {"verdict", verdict_text(m, d, p, cap)},
         {"model",
          {{"source", m.source},
           {"kind", m.kind},
@@ -232,8 +247,10 @@ json plan_json(const PlanModel& m, const Device& d, const Plan& p,
         {"total_bytes", mp.total_bytes()},
         {"free_bytes", p.free_bytes()},
         {"host_bytes", p.host_bytes},
-        {"max_num_seqs_at_max_model_len", mp.max_num_seqs_at_max_model_len},
-        {"max_model_len_at_max_num_seqs", mp.max_model_len_at_max_num_seqs},
+        {"max_num_seqs_at_max_model_len", cap.max_num_seqs_at_max_model_len},
+        {"max_model_len_at_max_num_seqs", cap.max_model_len_at_max_num_seqs},
+        {"max_model_len_is_trained_context", cap.len_is_trained_context},
+        {"pool_max_num_seqs_at_max_model_len", mp.max_num_seqs_at_max_model_len},
         {"refusal", mp.fits ? json(nullptr) : json(mp.refusal)},
         {"commands",
          {{"headroom", headroom_command(m, d, p)},
@@ -318,13 +335,13 @@ void print_compare(const PlanModel& m, const Device& d, const Plan& base,
                format_bytes(base.mem.kv_bytes_per_seq), c.max_model_len);
 }
 
-void print_human(const PlanModel& m, const Device& d, const Plan& p,
+void print_human(const PlanModel& m, const Device& d, const Plan& p, const Capacity& cap,
                  const std::vector<Suggestion>& sugg, const PlanOptions& o,
                  const std::vector<QuantRow>* quant) {
     const MemoryPlan& mp = p.mem;
     const auto& c = mp.config;
     const TermFormulas f = formulas(m, p);
-    fmt::print("{}\n", verdict_text(m, d, p));
+    fmt::print("{}\n", verdict_text(m, d, p, cap));
     fmt::print("  total {} of a {} budget ({}), {} to spare\n\n", format_bytes(mp.total_bytes()),
                format_bytes(mp.budget_bytes), budget_text(d, p), format_bytes(p.free_bytes()));
     const int w = 12;
@@ -342,9 +359,7 @@ void print_human(const PlanModel& m, const Device& d, const Plan& p,
     if (p.host_bytes)
         fmt::print("  {:<13}{:>{}}  weights and KV of {} layers kept on the CPU\n", "host memory",
                    format_bytes(p.host_bytes), w, c.n_cpu_layers);
-    fmt::print("\n  at {} tokens: {} sequences at once; at {} sequences: up to {} tokens each\n",
-               c.max_model_len, mp.max_num_seqs_at_max_model_len, c.max_num_seqs,
-               format_count(mp.max_model_len_at_max_num_seqs));
+    fmt::print("\n  {}\n", capacity_text(p, cap));
     fmt::print("  model {} ({} parameters, {}), {} layers, {} KV heads of {}\n", m.source,
                format_count(m.desc.n_params),
                m.weight_type ? std::string(info(*m.weight_type).label) + " estimate" : m.file_type,
@@ -461,6 +476,7 @@ void add_plan_command(CLI::App& app) {
         pins.cpu_layers = cpu->count() > 0;
 
         const Plan plan = evaluate(model, device, s);
+        const Capacity cap = capacity(model, device, s);
         // Searching and comparing start from the context the plan resolved.
         s.config.max_model_len = plan.mem.config.max_model_len;
         std::vector<Suggestion> sugg;
@@ -468,11 +484,11 @@ void add_plan_command(CLI::App& app) {
         std::vector<QuantRow> quant;
         if (o->compare_quant) quant = compare_quant(model, device, s);
         if (o->json)
-            fmt::print(
-                "{}\n",
-                plan_json(model, device, plan, sugg, o->compare_quant ? &quant : nullptr).dump(2));
+            fmt::print("{}\n", plan_json(model, device, plan, cap, sugg,
+                                         o->compare_quant ? &quant : nullptr)
+                                   .dump(2));
         else
-            print_human(model, device, plan, sugg, *o, o->compare_quant ? &quant : nullptr);
+            print_human(model, device, plan, cap, sugg, *o, o->compare_quant ? &quant : nullptr);
     });
 }
 

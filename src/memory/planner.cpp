@@ -69,6 +69,11 @@ std::string count_text(uint64_t n) {
     return format_count(n);
 }
 
+// "1 sequence", "2 sequences".
+std::string n_of(uint64_t n, const char* one, const char* many) {
+    return fmt::format("{} {}", n, n == 1 ? one : many);
+}
+
 double quality(std::optional<WeightType> t) {
     return t ? info(*t).quality_cost : 0.0;
 }
@@ -225,6 +230,45 @@ Plan evaluate(const PlanModel& model, const Device& device, const PlanSettings& 
     return p;
 }
 
+Capacity capacity(const PlanModel& model, const Device& device, const PlanSettings& settings) {
+    Capacity cap;
+    const Plan base = evaluate(model, device, settings);
+    PlanSettings s = settings;
+    s.config.max_model_len = base.mem.config.max_model_len;
+    auto fits = [&](uint32_t len, uint32_t seqs) {
+        PlanSettings t = s;
+        t.config.max_model_len = len;
+        t.config.max_num_seqs = seqs;
+        try {
+            return evaluate(model, device, t).fits_all();
+        } catch (const Error&) {
+            return false;  // e.g. more sequences than --max-num-batched-tokens
+        }
+    };
+    // Largest n in [0, hi] with pred(n), pred monotone (true then false).
+    auto largest = [](uint64_t hi, const auto& pred) {
+        uint64_t lo = 0;
+        while (lo < hi) {
+            const uint64_t mid = lo + (hi - lo + 1) / 2;
+            if (pred(mid))
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        return static_cast<uint32_t>(lo);
+    };
+    const uint32_t len = s.config.max_model_len;
+    const uint32_t seqs = std::max(1u, s.config.max_num_seqs);
+    cap.max_num_seqs_at_max_model_len =
+        largest(1u << 20, [&](uint64_t n) { return n > 0 && fits(len, static_cast<uint32_t>(n)); });
+    const uint32_t trained = model.desc.hp.n_ctx_train;
+    const uint32_t top = std::max(len, trained > 0 ? trained : 1u << 22);
+    cap.max_model_len_at_max_num_seqs =
+        largest(top, [&](uint64_t n) { return n > 0 && fits(static_cast<uint32_t>(n), seqs); });
+    cap.len_is_trained_context = trained > 0 && cap.max_model_len_at_max_num_seqs == top;
+    return cap;
+}
+
 TermFormulas formulas(const PlanModel& model, const Plan& plan) {
     const MemoryPlan& mp = plan.mem;
     const HParams& hp = model.desc.hp;
@@ -256,25 +300,26 @@ TermFormulas formulas(const PlanModel& model, const Plan& plan) {
     }
     uint64_t n_blocks = 0;
     for (const auto& g : mp.kv_groups) n_blocks += g.n_blocks;
-    f.kv_pool = fmt::format(
-        "{} blocks of {} tokens; one sequence of {} tokens needs {}; {} such sequences fit at once",
-        format_count(n_blocks), c.block_size, c.max_model_len, format_bytes(mp.kv_bytes_per_seq),
-        mp.max_num_seqs_at_max_model_len);
+    f.kv_pool =
+        fmt::format("pool of {} blocks of {} tokens ({}); one sequence of {} tokens needs {}",
+                    format_count(n_blocks), c.block_size, format_bytes(mp.kv_cache_bytes),
+                    c.max_model_len, format_bytes(mp.kv_bytes_per_seq));
     const auto& a = mp.activations;
     const uint64_t logits = a.logits.size_bytes + a.sampler.size_bytes;
     const uint64_t tiles = a.thread_scratch.size_bytes;
     f.activations = fmt::format(
         "{} tokens per step: hidden states, q/k/v and FFN ({} wide) buffers {}; {} × {} logits "
-        "and sampler {}; {} threads' attention tiles {}",
+        "and sampler {}; attention tiles of {} {}",
         a.n_tokens, hp.n_ff, format_bytes(a.total_bytes - logits - tiles), a.n_logit_rows,
-        format_count(hp.n_vocab), format_bytes(logits), a.n_threads, format_bytes(tiles));
+        format_count(hp.n_vocab), format_bytes(logits), n_of(a.n_threads, "thread", "threads"),
+        format_bytes(tiles));
     const auto& r = mp.runtime;
     f.runtime =
         fmt::format("tokenizer {}, {} sequences' tokens and block tables {}, prefix index {}",
                     format_bytes(r.tokenizer_bytes), c.max_num_seqs,
                     format_bytes(r.sequences_bytes), format_bytes(r.prefix_index_bytes));
     if (r.thread_stacks_bytes)
-        f.runtime += fmt::format(", {} worker stacks {}", c.n_threads - 1,
+        f.runtime += fmt::format(", {} {}", n_of(c.n_threads - 1, "worker stack", "worker stacks"),
                                  format_bytes(r.thread_stacks_bytes));
     if (r.device_context_bytes)
         f.runtime +=
@@ -321,8 +366,11 @@ std::string vllm_command(const PlanModel& model, const Device& device, const Pla
           *model.weight_type != WeightType::F16 && *model.weight_type != WeightType::F32)))
         target = gguf_file_for(model);
     // vLLM's fraction is of the whole GPU; the plan's budget is of what --reserve leaves.
+    // Rounded down to the hundredth, less float noise (0.9 × total truncated
+    // to whole bytes is 0.8999999...).
     const double util = std::floor(static_cast<double>(plan.mem.budget_bytes) /
-                                   static_cast<double>(device.total_bytes) * 100.0) /
+                                       static_cast<double>(device.total_bytes) * 100.0 +
+                                   1e-6) /
                         100.0;
     std::string cmd = fmt::format(
         "vllm serve {} --gpu-memory-utilization {:.2f} --max-model-len {} --max-num-seqs {}",

@@ -79,6 +79,17 @@ struct Plan {
 
 Plan evaluate(const PlanModel& model, const Device& device, const PlanSettings& settings);
 
+// What the budget allows around a configuration, each found by planning
+// the neighbours (so more sequences also cost their logits and tables):
+// the most sequences of max_model_len that all fit at once, and the longest
+// context max_num_seqs sequences can all have (at most the trained context).
+struct Capacity {
+    uint32_t max_num_seqs_at_max_model_len = 0;
+    uint32_t max_model_len_at_max_num_seqs = 0;
+    bool len_is_trained_context = false;  // the search stopped at the trained context
+};
+Capacity capacity(const PlanModel& model, const Device& device, const PlanSettings& settings);
+
 // One line per term with the numbers behind it, e.g. "2 × 32 layers × 8 KV
 // heads × 128 × 2 B = 128 KiB per token".
 struct TermFormulas {

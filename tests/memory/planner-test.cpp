@@ -236,6 +236,33 @@ TEST(PlannerBudget, LayersOnTheCpuLeaveTheDeviceTheirWeightsAndKv) {
     EXPECT_EQ(part.host_bytes, off + 2ull * 8192 * 2 * 12 * 8 * 128 * 2);
 }
 
+TEST(PlannerBudget, CapacityIsTheLargestThatFits) {
+    const PlanModel m = builtin("llama-3-8b", WeightType::BF16);
+    const Device d = *find_device("rtx-4090");
+    PlanSettings s;
+    s.config.max_model_len = 8192;
+    s.config.max_num_seqs = 4;
+    const Capacity cap = capacity(m, d, s);
+    auto fits = [&](uint32_t len, uint32_t seqs) {
+        PlanSettings t = s;
+        t.config.max_model_len = len;
+        t.config.max_num_seqs = seqs;
+        return evaluate(m, d, t).fits_all();
+    };
+    // 24564 MiB × 0.9 less 15 GiB of weights leaves room for about six 1 GiB sequences.
+    EXPECT_EQ(cap.max_num_seqs_at_max_model_len, 6u);
+    EXPECT_TRUE(fits(8192, 6));
+    EXPECT_FALSE(fits(8192, 7));
+    // Four sequences reach the trained context (8192) and no further is asked.
+    EXPECT_EQ(cap.max_model_len_at_max_num_seqs, 8192u);
+    EXPECT_TRUE(cap.len_is_trained_context);
+    s.config.max_num_seqs = 12;
+    const Capacity c12 = capacity(m, d, s);
+    EXPECT_TRUE(fits(c12.max_model_len_at_max_num_seqs, 12));
+    EXPECT_FALSE(fits(c12.max_model_len_at_max_num_seqs + 1, 12));
+    EXPECT_LT(c12.max_model_len_at_max_num_seqs, 8192u);
+}
+
 TEST(PlannerFit, SuggestionsFitAndRespectPins) {
     // Llama 3 8B in bf16 (15 GiB of weights) on a 12 GiB RTX 3060.
     const PlanModel m = builtin("llama-3-8b", WeightType::BF16);

@@ -138,12 +138,15 @@ std::string verdict_text(const PlanModel& m, const Device& d, const Plan& p, con
 
 std::string capacity_text(const Plan& p, const Capacity& cap) {
     const auto& c = p.mem.config;
-    return fmt::format(
-        "at {} tokens: up to {} at once; {}: up to {} tokens each{}", c.max_model_len,
-        seqs_text(cap.max_num_seqs_at_max_model_len),
-        c.max_num_seqs == 1 ? "one sequence" : fmt::format("{} sequences", c.max_num_seqs),
-        format_count(cap.max_model_len_at_max_num_seqs),
-        cap.len_is_trained_context ? " (the trained context)" : "");
+    const std::string who =
+        c.max_num_seqs == 1 ? "one sequence" : fmt::format("{} sequences", c.max_num_seqs);
+    if (cap.max_num_seqs_at_max_model_len == 0 && cap.max_model_len_at_max_num_seqs == 0)
+        return fmt::format("no sequence of {} tokens fits, and {} cannot have any context",
+                           c.max_model_len, who);
+    return fmt::format("at {} tokens: up to {} at once; {}: up to {} tokens each{}",
+                       c.max_model_len, seqs_text(cap.max_num_seqs_at_max_model_len), who,
+                       format_count(cap.max_model_len_at_max_num_seqs),
+                       cap.len_is_trained_context ? " (the trained context)" : "");
 }
 
 std::string budget_text(const Device& d, const Plan& p) {
@@ -365,8 +368,8 @@ void print_human(const PlanModel& m, const Device& d, const Plan& p, const Capac
                m.weight_type ? std::string(info(*m.weight_type).label) + " estimate" : m.file_type,
                m.desc.hp.n_layer, m.desc.hp.n_head_kv, m.desc.hp.head_dim_k);
     fmt::print(
-        "  config max_model_len {}, max_num_seqs {}, kv {}, {} tokens per step, block {}, {} "
-        "threads\n",
+        "  config max_model_len {}, max_num_seqs {}, kv {}, {} tokens per step, block {}, "
+        "threads {}\n",
         c.max_model_len, c.max_num_seqs, name(c.kv_dtype), c.max_num_batched_tokens, c.block_size,
         c.n_threads);
     fmt::print("  device {}\n", d.source);
@@ -480,7 +483,7 @@ void add_plan_command(CLI::App& app) {
         // Searching and comparing start from the context the plan resolved.
         s.config.max_model_len = plan.mem.config.max_model_len;
         std::vector<Suggestion> sugg;
-        if (!plan.fits_all()) sugg = fit_search(model, device, s, pins, o->fit ? 8 : 1);
+        if (!plan.fits_all()) sugg = fit_search(model, device, s, pins, o->fit || o->json ? 8 : 1);
         std::vector<QuantRow> quant;
         if (o->compare_quant) quant = compare_quant(model, device, s);
         if (o->json)

@@ -27,8 +27,10 @@ const std::set<std::string>& known_gguf_archs() {
 }
 
 // Average bytes of text per vocabulary entry, for sizing the tokenizer of a
-// model known only by its config: byte-level BPE vocabularies of 32k-262k
-// entries average 6-9 bytes a token (SmolLM2's 49152 tokens: 6.9).
+// model known only by its config (SmolLM2's 49152 tokens average 7.5 bytes,
+// Gemma 3's 262144 8.8). With no merges counted, estimate_tokenizer_bytes
+// is then an upper bound: 4.9 and 26 MiB against the 3.3 and 8.6 MiB the
+// loaded tokenizers take.
 constexpr uint64_t kTokenTextBytes = 8;
 
 std::string gguf_name(const gguf::GgufFile& f, const HParams& hp) {
@@ -93,9 +95,11 @@ std::string model_arg(const PlanModel& m) {
 // What the GGUF for this plan would be called when it is not the source file.
 std::string gguf_file_for(const PlanModel& m) {
     if (m.kind == "gguf" && !m.weight_type) return m.source;
-    const std::string base =
-        m.kind == "builtin" ? m.source
-                            : std::filesystem::path(m.source).parent_path().filename().string();
+    const std::filesystem::path p(m.source);
+    // A config.json is named after its directory (the model's repository).
+    const std::string base = m.kind == "builtin"             ? m.source
+                             : p.filename() == "config.json" ? p.parent_path().filename().string()
+                                                             : p.stem().string();
     return fmt::format("{}-{}.gguf", base.empty() ? "model" : base,
                        m.weight_type ? std::string(info(*m.weight_type).label) : "f16");
 }
@@ -165,7 +169,7 @@ PlanModel plan_model_from_shape(const ModelShape& shape, const std::string& sour
     m.desc.hp = shape.hp;
     m.desc.source = source;
     const uint64_t n_vocab = shape.hp.n_vocab;
-    m.desc.tokenizer_bytes = estimate_tokenizer_bytes(n_vocab, n_vocab * kTokenTextBytes, n_vocab);
+    m.desc.tokenizer_bytes = estimate_tokenizer_bytes(n_vocab, n_vocab * kTokenTextBytes, 0);
     return requantized(m, type);
 }
 
@@ -315,8 +319,8 @@ TermFormulas formulas(const PlanModel& model, const Plan& plan) {
         format_bytes(tiles));
     const auto& r = mp.runtime;
     f.runtime =
-        fmt::format("tokenizer {}, {} sequences' tokens and block tables {}, prefix index {}",
-                    format_bytes(r.tokenizer_bytes), c.max_num_seqs,
+        fmt::format("tokenizer {}, token lists and block tables of {} {}, prefix index {}",
+                    format_bytes(r.tokenizer_bytes), n_of(c.max_num_seqs, "sequence", "sequences"),
                     format_bytes(r.sequences_bytes), format_bytes(r.prefix_index_bytes));
     if (r.thread_stacks_bytes)
         f.runtime += fmt::format(", {} {}", n_of(c.n_threads - 1, "worker stack", "worker stacks"),
@@ -518,14 +522,17 @@ std::vector<Suggestion> fit_search(const PlanModel& model, const Device& device,
                 consider(m, p);
                 continue;
             }
-            if (!pins.max_num_seqs && p.mem.fits && bc.max_num_seqs > 1) {
+            const Capacity cap =
+                (!pins.max_num_seqs || !pins.max_model_len) ? capacity(m, device, s) : Capacity{};
+            if (!pins.max_num_seqs && cap.max_num_seqs_at_max_model_len > 0 &&
+                bc.max_num_seqs > 1) {
                 PlanSettings t = s;
-                t.config.max_num_seqs = p.mem.max_num_seqs_at_max_model_len;
+                t.config.max_num_seqs = cap.max_num_seqs_at_max_model_len;
                 consider(m, evaluate(m, device, t));
             }
             if (!pins.max_model_len) {
                 const uint32_t len =
-                    round_context(p.mem.max_model_len_at_max_num_seqs, bc.block_size);
+                    round_context(cap.max_model_len_at_max_num_seqs, bc.block_size);
                 if (len >= std::min<uint32_t>(512, bc.max_model_len) && len < bc.max_model_len) {
                     PlanSettings t = s;
                     t.config.max_model_len = len;

@@ -62,12 +62,15 @@ PlanModel resolve_model(const PlanOptions& o) {
             fail("--weight-type '{}': expected one of {}", o.weight_type, names);
         }
     }
-    if (!o.hf_config.empty()) {
-        const ModelShape shape = read_hf_config(o.hf_config);
-        return plan_model_from_shape(shape, o.hf_config, "hf-config",
+    const std::string name = o.model.empty() ? std::string(kDefaultModel) : o.model;
+    // A config.json given as the model is what --hf-config means.
+    const std::string config =
+        !o.hf_config.empty() ? o.hf_config : (name.ends_with(".json") ? name : std::string());
+    if (!config.empty()) {
+        const ModelShape shape = read_hf_config(config);
+        return plan_model_from_shape(shape, config, "hf-config",
                                      wt.value_or(checkpoint_weight_type(shape)));
     }
-    const std::string name = o.model.empty() ? std::string(kDefaultModel) : o.model;
     if (!std::filesystem::exists(name)) {
         if (const BuiltinModel* b = find_builtin_model(name)) {
             const ModelShape shape = builtin_shape(*b);

@@ -16,5 +16,6 @@ void add_run_command(CLI::App& app);
 // `bench serve`, registered under the bench command.
 void add_bench_serve_subcommand(CLI::App& bench);
 void add_serve_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 
 }  // namespace headroom::cli

@@ -115,8 +115,8 @@ std::vector<KvGroupPlan> kv_groups_for(const HParams& hp, const EngineConfig& co
         KvGroupPlan g;
         g.kind = AttentionKind::Latent;
         const uint32_t dim = hp.kv_lora_rank + hp.qk_rope_head_dim;
-        for (uint32_t il = 0; il < hp.n_layer; ++il) g.layers.push_back(il);
-        g.bytes_per_token = hp.n_layer * kv_row_bytes(config.kv_dtype, dim, "latent size");
+        for (uint32_t il = config.n_cpu_layers; il < hp.n_layer; ++il) g.layers.push_back(il);
+        g.bytes_per_token = g.layers.size() * kv_row_bytes(config.kv_dtype, dim, "latent size");
         groups.push_back(std::move(g));
     } else {
         const uint64_t per_layer =
@@ -126,7 +126,7 @@ std::vector<KvGroupPlan> kv_groups_for(const HParams& hp, const EngineConfig& co
         full.kind = AttentionKind::Full;
         swa.kind = AttentionKind::SlidingWindow;
         swa.window = hp.sliding_window;
-        for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        for (uint32_t il = config.n_cpu_layers; il < hp.n_layer; ++il) {
             const bool is_swa =
                 !config.swa_full && hp.sliding_window > 0 && il < hp.layer_is_swa.size() &&
                 hp.layer_is_swa[il];
@@ -160,10 +160,17 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
             "needs a token per step",
             c.max_num_batched_tokens, c.max_num_seqs);
     if (c.max_logit_rows == 0) c.max_logit_rows = c.max_num_seqs;
+    if (c.n_cpu_layers >= hp.n_layer && c.n_cpu_layers > 0)
+        fail("{} layers on the CPU leaves none of the model's {} layers on the device",
+             c.n_cpu_layers, hp.n_layer);
+    if (c.n_cpu_layers > 0 && model.layer_weight_bytes.size() != hp.n_layer)
+        fail("layers on the CPU: the weights of {} are not known per layer", model.source);
     p.config = c;
     p.budget_spec = budget;
 
     p.weights_bytes = model.weight_bytes;
+    for (uint32_t il = 0; il < c.n_cpu_layers; ++il)
+        p.weights_bytes -= model.layer_weight_bytes[il];
     p.kv_groups = kv_groups_for(hp, c);
     for (auto& g : p.kv_groups)
         g.max_blocks_per_seq =
@@ -179,6 +186,7 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
     p.activations = plan_activations(hp, c.max_num_batched_tokens, c.max_logit_rows, c.n_threads);
 
     p.runtime.thread_stacks_bytes = uint64_t{c.n_threads - 1} * ThreadPool::kWorkerStackBytes;
+    p.runtime.device_context_bytes = budget.device_context_bytes;
     p.runtime.tokenizer_bytes = model.tokenizer_bytes;
     p.runtime.metadata_bytes = model.metadata_bytes;
     p.runtime.sequences_bytes = uint64_t{c.max_num_seqs} *
@@ -191,7 +199,8 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
         demand_bytes += uint64_t{c.max_num_seqs} * g.max_blocks_per_seq * g.block_bytes;
     const uint64_t fixed_bytes = p.weights_bytes + p.activations_bytes() +
                                  p.runtime.thread_stacks_bytes + p.runtime.tokenizer_bytes +
-                                 p.runtime.metadata_bytes + p.runtime.sequences_bytes;
+                                 p.runtime.metadata_bytes + p.runtime.sequences_bytes +
+                                 p.runtime.device_context_bytes;
     // Bytes the pool may take, counting each block's prefix-index entry.
     uint64_t pool_bytes = 0;
     if (budget.kv_cache_bytes > 0) {

@@ -68,6 +68,10 @@ struct EngineConfig {
     // Cache the whole context for sliding-window layers too (their attention
     // still only looks at the window): what an engine without windowed KV pays.
     bool swa_full = false;
+    // The first n_cpu_layers transformer blocks keep their weights and KV in
+    // host memory (a GPU plan with layers left on the CPU): the terms count
+    // only what the device holds. 0 on a CPU-only engine.
+    uint32_t n_cpu_layers = 0;
 };
 
 // How much memory the engine may use.
@@ -79,6 +83,10 @@ struct BudgetSpec {
     // If nonzero, the KV pool gets exactly this many bytes and the budget is
     // the sum of the four terms.
     uint64_t kv_cache_bytes = 0;
+    // What the device's backend holds before the engine allocates anything
+    // (a CUDA context and library workspaces), counted in the runtime term.
+    // 0 on the CPU.
+    uint64_t device_context_bytes = 0;
 };
 
 // Layers whose KV shares one block geometry and one pool region.
@@ -95,12 +103,13 @@ struct KvGroupPlan {
 struct RuntimeBreakdown {
     uint64_t thread_stacks_bytes = 0;
     uint64_t tokenizer_bytes = 0;
-    uint64_t metadata_bytes = 0;      // the model file's header and its parsed index
-    uint64_t sequences_bytes = 0;     // token lists and block tables of max_num_seqs sequences
-    uint64_t prefix_index_bytes = 0;  // the prefix cache's hash index over all blocks
+    uint64_t metadata_bytes = 0;        // the model file's header and its parsed index
+    uint64_t sequences_bytes = 0;       // token lists and block tables of max_num_seqs sequences
+    uint64_t prefix_index_bytes = 0;    // the prefix cache's hash index over all blocks
+    uint64_t device_context_bytes = 0;  // BudgetSpec::device_context_bytes
     uint64_t total() const {
         return thread_stacks_bytes + tokenizer_bytes + metadata_bytes + sequences_bytes +
-               prefix_index_bytes;
+               prefix_index_bytes + device_context_bytes;
     }
 };
 
@@ -129,7 +138,8 @@ struct MemoryPlan {
     }
 };
 
-// The KV layer groups of a model (without pool sizes).
+// The KV layer groups of a model (without pool sizes), for the layers from
+// config.n_cpu_layers on.
 std::vector<KvGroupPlan> kv_groups_for(const HParams& hp, const EngineConfig& config);
 
 // Resolves defaults and computes every term. Never throws for a configuration

@@ -1,0 +1,501 @@
+// headroom plan: how many bytes each memory term takes for a model and a
+// configuration on a device, whether it fits, and what does when it does not.
+// A table for people (verdict first), --json for tools.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "memory/planner.h"
+#include "model/model-table.h"
+#include "model/registry.h"
+
+namespace headroom::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct PlanOptions {
+    std::string model;
+    std::string hf_config;
+    std::string weight_type;
+    std::string device;
+    std::string device_memory;
+    std::string reserve;
+    double mem_fraction = 0.9;
+    std::string kv_cache_memory;
+    uint32_t max_model_len = 0;
+    uint32_t max_num_seqs = 1;
+    uint32_t max_num_batched_tokens = 0;
+    uint32_t block_size = 16;
+    std::string kv_dtype = "f16";
+    uint32_t threads = 0;
+    uint32_t cpu_layers = 0;
+    bool fit = false;
+    bool compare_quant = false;
+    bool json = false;
+    bool list_models = false;
+    bool list_devices = false;
+};
+
+std::string hf_repo_of(std::string_view url) {
+    const std::string_view host = "huggingface.co/";
+    const size_t at = url.find(host);
+    if (at == std::string_view::npos) return {};
+    std::string_view rest = url.substr(at + host.size());
+    const size_t blob = rest.find("/blob/");
+    return std::string(rest.substr(0, blob));
+}
+
+PlanModel resolve_model(const PlanOptions& o) {
+    std::optional<WeightType> wt;
+    if (!o.weight_type.empty()) {
+        wt = weight_type_from_name(o.weight_type);
+        if (!wt) {
+            std::string names;
+            for (const auto& t : weight_types())
+                names += (names.empty() ? "" : ", ") + std::string(t.name);
+            fail("--weight-type '{}': expected one of {}", o.weight_type, names);
+        }
+    }
+    const std::string name = o.model.empty() ? std::string(kDefaultModel) : o.model;
+    // A config.json given as the model is what --hf-config means.
+    const std::string config =
+        !o.hf_config.empty() ? o.hf_config : (name.ends_with(".json") ? name : std::string());
+    if (!config.empty()) {
+        const ModelShape shape = read_hf_config(config);
+        return plan_model_from_shape(shape, config, "hf-config",
+                                     wt.value_or(checkpoint_weight_type(shape)));
+    }
+    if (!std::filesystem::exists(name)) {
+        if (const BuiltinModel* b = find_builtin_model(name)) {
+            const ModelShape shape = builtin_shape(*b);
+            PlanModel m = plan_model_from_shape(shape, std::string(b->name), "builtin",
+                                                wt.value_or(checkpoint_weight_type(shape)));
+            m.hf_repo = hf_repo_of(b->source);
+            return m;
+        }
+    }
+    std::string path;
+    try {
+        path = resolve_model_path(name);
+    } catch (const Error& e) {
+        std::string names;
+        for (const auto& b : builtin_models())
+            names += (names.empty() ? "" : ", ") + std::string(b.name);
+        fail("{}; built-in models for planning: {}", e.what(), names);
+    }
+    PlanModel m = plan_model_from_gguf(path);
+    if (wt) m = requantized(m, *wt);
+    return m;
+}
+
+Device resolve_device(const PlanOptions& o) {
+    const bool cpu = o.device == "cpu" || o.device == "host";
+    if (!o.device_memory.empty()) {
+        Device d;
+        d.total_bytes = parse_bytes_or_throw(o.device_memory, "--device-memory");
+        if (d.total_bytes == 0) fail("--device-memory must be more than 0");
+        d.gpu = !cpu;
+        d.name =
+            fmt::format("{} {}", cpu ? "a CPU with" : "a GPU with", format_bytes(d.total_bytes));
+        d.source = fmt::format("--device-memory {}", o.device_memory);
+        return d;
+    }
+    if (cpu) return host_device();
+    if (!o.device.empty()) {
+        if (auto d = find_device(o.device)) return *d;
+        std::string names;
+        for (const auto& d : known_devices())
+            names += (names.empty() ? "" : ", ") + std::string(d.key);
+        fail(
+            "--device '{}' is not in the table (known: cpu, {}); give --device-memory BYTES "
+            "instead",
+            o.device, names);
+    }
+    if (auto d = detect_gpu()) return *d;
+    return host_device();
+}
+
+std::string seqs_text(uint64_t n) {
+    return fmt::format("{} {}", n, n == 1 ? "sequence" : "sequences");
+}
+
+std::string verdict_text(const PlanModel& m, const Device& d, const Plan& p, const Capacity& cap) {
+    const auto& c = p.mem.config;
+    if (!p.mem.fits)
+        return fmt::format("DOES NOT FIT: {} on {}: {}", m.name, d.name, p.mem.refusal);
+    if (p.fits_all())
+        return fmt::format("FITS: {} on {}: {} of {} tokens at once (room for {})", m.name, d.name,
+                           seqs_text(c.max_num_seqs), c.max_model_len,
+                           cap.max_num_seqs_at_max_model_len);
+    return fmt::format(
+        "FITS, PARTLY: {} on {}: {} of {} {} of {} tokens at once; the others wait for KV blocks",
+        m.name, d.name, p.mem.max_num_seqs_at_max_model_len, c.max_num_seqs,
+        c.max_num_seqs == 1 ? "sequence" : "sequences", c.max_model_len);
+}
+
+std::string capacity_text(const Plan& p, const Capacity& cap) {
+    const auto& c = p.mem.config;
+    const std::string who =
+        c.max_num_seqs == 1 ? "one sequence" : fmt::format("{} sequences", c.max_num_seqs);
+    if (cap.max_num_seqs_at_max_model_len == 0 && cap.max_model_len_at_max_num_seqs == 0)
+        return fmt::format("no sequence of {} tokens fits, and {} cannot have any context",
+                           c.max_model_len, who);
+    return fmt::format("at {} tokens: up to {} at once; {}: up to {} tokens each{}",
+                       c.max_model_len, seqs_text(cap.max_num_seqs_at_max_model_len), who,
+                       format_count(cap.max_model_len_at_max_num_seqs),
+                       cap.len_is_trained_context ? " (the trained context)" : "");
+}
+
+std::string budget_text(const Device& d, const Plan& p) {
+    const auto& s = p.settings;
+    if (s.kv_cache_bytes)
+        return fmt::format("--kv-cache-memory {}: the budget is the terms' sum",
+                           format_bytes(s.kv_cache_bytes));
+    std::string t =
+        fmt::format("{:.0f}% of {}", s.mem_fraction * 100,
+                    format_bytes(d.total_bytes - std::min(d.total_bytes, s.reserve_bytes)));
+    if (s.reserve_bytes)
+        t += fmt::format(" ({} less {} reserved)", format_bytes(d.total_bytes),
+                         format_bytes(s.reserve_bytes));
+    return t;
+}
+
+json suggestion_json(const Suggestion& s) {
+    const auto& c = s.plan.mem.config;
+    return {
+        {"changes", s.changes},
+        {"cost", s.cost},
+        {"weight_type", s.weight_type ? json(std::string(name(*s.weight_type))) : json(nullptr)},
+        {"kv_dtype", std::string(name(c.kv_dtype))},
+        {"max_model_len", c.max_model_len},
+        {"max_num_seqs", c.max_num_seqs},
+        {"n_cpu_layers", c.n_cpu_layers},
+        {"total_bytes", s.plan.mem.total_bytes()},
+        {"budget_bytes", s.plan.mem.budget_bytes},
+        {"weights_bytes", s.plan.mem.weights_bytes},
+        {"kv_cache_bytes", s.plan.mem.kv_cache_bytes},
+        {"host_bytes", s.plan.host_bytes},
+        {"headroom", s.headroom_cmd},
+        {"vllm", s.vllm_cmd.empty() ? json(nullptr) : json(s.vllm_cmd)},
+        {"llama_cpp", s.llama_cpp_cmd.empty() ? json(nullptr) : json(s.llama_cpp_cmd)}};
+}
+
+json plan_json(const PlanModel& m, const Device& d, const Plan& p, const Capacity& cap,
+               const std::vector<Suggestion>& sugg, const std::vector<QuantRow>* quant) {
+    const MemoryPlan& mp = p.mem;
+    const auto& c = mp.config;
+    const TermFormulas f = formulas(m, p);
+    json groups = json::array();
+    for (size_t i = 0; i < mp.kv_groups.size(); ++i) {
+        const auto& g = mp.kv_groups[i];
+        groups.push_back({{"kind", g.kind == AttentionKind::Full            ? "full"
+                                   : g.kind == AttentionKind::SlidingWindow ? "sliding_window"
+                                                                            : "latent"},
+                          {"window", g.window},
+                          {"n_layers", g.layers.size()},
+                          {"bytes_per_token", g.bytes_per_token},
+                          {"blocks", g.n_blocks},
+                          {"block_bytes", g.block_bytes},
+                          {"max_blocks_per_seq", g.max_blocks_per_seq},
+                          {"formula", f.kv_groups[i]}});
+    }
+    json out = {
+        {"fits", mp.fits},
+        {"fits_all_seqs", p.fits_all()},
+        {"verdict", verdict_text(m, d, p, cap)},
+        {"model",
+         {{"source", m.source},
+          {"kind", m.kind},
+          {"name", m.name},
+          {"arch", m.desc.hp.arch},
+          {"n_params", m.desc.n_params},
+          {"weight_type", m.weight_type ? std::string(name(*m.weight_type)) : m.file_type},
+          {"weights_exact", !m.weight_type}}},
+        {"device",
+         {{"name", d.name},
+          {"gpu", d.gpu},
+          {"total_bytes", d.total_bytes},
+          {"reserve_bytes", p.settings.reserve_bytes},
+          {"source", d.source}}},
+        {"budget_bytes", mp.budget_bytes},
+        {"mem_fraction", p.settings.mem_fraction},
+        {"config",
+         {{"max_model_len", c.max_model_len},
+          {"max_num_seqs", c.max_num_seqs},
+          {"max_num_batched_tokens", c.max_num_batched_tokens},
+          {"kv_dtype", std::string(name(c.kv_dtype))},
+          {"block_size", c.block_size},
+          {"threads", c.n_threads},
+          {"n_cpu_layers", c.n_cpu_layers}}},
+        {"terms",
+         {{"weights", {{"bytes", mp.weights_bytes}, {"formula", f.weights}}},
+          {"kv_cache",
+           {{"bytes", mp.kv_cache_bytes},
+            {"bytes_per_token", mp.kv_bytes_per_token},
+            {"bytes_per_seq", mp.kv_bytes_per_seq},
+            {"groups", groups},
+            {"formula", f.kv_pool}}},
+          {"activations", {{"bytes", mp.activations_bytes()}, {"formula", f.activations}}},
+          {"runtime",
+           {{"bytes", mp.runtime_bytes()},
+            {"formula", f.runtime},
+            {"tokenizer_bytes", mp.runtime.tokenizer_bytes},
+            {"sequences_bytes", mp.runtime.sequences_bytes},
+            {"prefix_index_bytes", mp.runtime.prefix_index_bytes},
+            {"thread_stacks_bytes", mp.runtime.thread_stacks_bytes},
+            {"device_context_bytes", mp.runtime.device_context_bytes}}}}},
+        {"total_bytes", mp.total_bytes()},
+        {"free_bytes", p.free_bytes()},
+        {"host_bytes", p.host_bytes},
+        {"max_num_seqs_at_max_model_len", cap.max_num_seqs_at_max_model_len},
+        {"max_model_len_at_max_num_seqs", cap.max_model_len_at_max_num_seqs},
+        {"max_model_len_is_trained_context", cap.len_is_trained_context},
+        {"pool_max_num_seqs_at_max_model_len", mp.max_num_seqs_at_max_model_len},
+        {"refusal", mp.fits ? json(nullptr) : json(mp.refusal)},
+        {"commands",
+         {{"headroom", headroom_command(m, d, p)},
+          {"vllm", vllm_command(m, d, p).empty() ? json(nullptr) : json(vllm_command(m, d, p))},
+          {"llama_cpp",
+           llama_cpp_command(m, d, p).empty() ? json(nullptr) : json(llama_cpp_command(m, d, p))}}},
+    };
+    json js = json::array();
+    for (const auto& s : sugg) js.push_back(suggestion_json(s));
+    out["suggestions"] = js;
+    if (quant) {
+        json rows = json::array();
+        for (const auto& r : *quant)
+            rows.push_back(
+                {{"weight_type", r.type ? json(std::string(name(*r.type))) : json(nullptr)},
+                 {"label", r.label},
+                 {"bits", r.bits},
+                 {"weights_bytes", r.plan.mem.weights_bytes},
+                 {"kv_cache_bytes", r.plan.mem.kv_cache_bytes},
+                 {"kv_bytes_per_seq", r.plan.mem.kv_bytes_per_seq},
+                 {"kv_needed_bytes", r.kv_needed_bytes},
+                 {"total_needed_bytes", r.total_needed_bytes},
+                 {"total_bytes", r.plan.mem.total_bytes()},
+                 {"fits", r.plan.mem.fits},
+                 {"fits_all_seqs", r.plan.fits_all()},
+                 {"max_num_seqs_at_max_model_len", r.plan.mem.max_num_seqs_at_max_model_len}});
+        out["compare_quant"] = rows;
+    }
+    return out;
+}
+
+void print_suggestions(const std::vector<Suggestion>& sugg, const Plan& base) {
+    if (sugg.empty()) {
+        fmt::print("\nnothing fits by changing what was not pinned on the command line\n");
+        return;
+    }
+    fmt::print("\nconfigurations that fit, best first (changing only what was not given):\n");
+    for (size_t i = 0; i < sugg.size(); ++i) {
+        const Suggestion& s = sugg[i];
+        const auto& c = s.plan.mem.config;
+        std::string what;
+        for (const auto& ch : s.changes) what += (what.empty() ? "" : "; ") + ch;
+        fmt::print("\n  {}. {}\n", i + 1, what.empty() ? "as given" : what);
+        fmt::print(
+            "     {} of {} budget: {} × {} tokens at once, weights {}, KV {}{}\n",
+            format_bytes(s.plan.mem.total_bytes()), format_bytes(s.plan.mem.budget_bytes),
+            c.max_num_seqs, c.max_model_len, format_bytes(s.plan.mem.weights_bytes),
+            format_bytes(s.plan.mem.kv_cache_bytes),
+            s.plan.host_bytes ? fmt::format(", host {}", format_bytes(s.plan.host_bytes)) : "");
+        fmt::print("     headroom   {}\n", s.headroom_cmd);
+        if (!s.vllm_cmd.empty()) fmt::print("     vLLM       {}\n", s.vllm_cmd);
+        if (!s.llama_cpp_cmd.empty()) fmt::print("     llama.cpp  {}\n", s.llama_cpp_cmd);
+    }
+    (void)base;
+}
+
+void print_compare(const PlanModel& m, const Device& d, const Plan& base,
+                   const std::vector<QuantRow>& rows) {
+    const auto& c = base.mem.config;
+    fmt::print("\n{} by weight type, {} × {} tokens, KV {}, on {} (budget {}):\n", m.name,
+               c.max_num_seqs, c.max_model_len, name(c.kv_dtype), d.name,
+               format_bytes(base.mem.budget_bytes));
+    fmt::print("  {:<18} {:<7} {:>10} {:>9} {:>10} {:>10}  {}\n", "weights", "bits", "weights",
+               "(GB)", "KV needed", "total", "verdict");
+    std::string summary;
+    for (const auto& r : rows) {
+        const auto& mp = r.plan.mem;
+        const std::string verdict =
+            !mp.fits            ? "does not fit"
+            : r.plan.fits_all() ? "fits"
+                                : fmt::format("fits {} of {} sequences at once",
+                                              mp.max_num_seqs_at_max_model_len, c.max_num_seqs);
+        fmt::print("  {:<18} {:<7} {:>10} {:>9} {:>10} {:>10}  {}\n", r.label, r.bits,
+                   format_bytes(mp.weights_bytes), format_gb(mp.weights_bytes),
+                   format_bytes(r.kv_needed_bytes), format_bytes(r.total_needed_bytes), verdict);
+        if (r.type &&
+            (r.bits == "16-bit" || *r.type == WeightType::Q8_0 || *r.type == WeightType::Q4_K_M))
+            summary += fmt::format("{}{} {}", summary.empty() ? "" : " / ", r.label,
+                                   format_gb(mp.weights_bytes));
+    }
+    fmt::print("  {}: {}, plus {} of KV per {}-token sequence\n", m.name, summary,
+               format_bytes(base.mem.kv_bytes_per_seq), c.max_model_len);
+}
+
+void print_human(const PlanModel& m, const Device& d, const Plan& p, const Capacity& cap,
+                 const std::vector<Suggestion>& sugg, const PlanOptions& o,
+                 const std::vector<QuantRow>* quant) {
+    const MemoryPlan& mp = p.mem;
+    const auto& c = mp.config;
+    const TermFormulas f = formulas(m, p);
+    fmt::print("{}\n", verdict_text(m, d, p, cap));
+    fmt::print("  total {} of a {} budget ({}), {} to spare\n\n", format_bytes(mp.total_bytes()),
+               format_bytes(mp.budget_bytes), budget_text(d, p), format_bytes(p.free_bytes()));
+    const int w = 12;
+    fmt::print("  {:<13}{:>{}}  {}\n", "term", "bytes", w, "how");
+    fmt::print("  {:<13}{:>{}}  {}\n", "weights", format_bytes(mp.weights_bytes), w, f.weights);
+    for (size_t i = 0; i < f.kv_groups.size(); ++i)
+        fmt::print("  {:<13}{:>{}}  {}\n", i == 0 ? "kv_cache" : "",
+                   i == 0 ? format_bytes(mp.kv_cache_bytes) : "", w, f.kv_groups[i]);
+    fmt::print("  {:<13}{:>{}}  {}\n", "", "", w, f.kv_pool);
+    fmt::print("  {:<13}{:>{}}  {}\n", "activations", format_bytes(mp.activations_bytes()), w,
+               f.activations);
+    fmt::print("  {:<13}{:>{}}  {}\n", "runtime", format_bytes(mp.runtime_bytes()), w, f.runtime);
+    fmt::print("  {:<13}{:>{}}  budget {}\n", "total", format_bytes(mp.total_bytes()), w,
+               format_bytes(mp.budget_bytes));
+    if (p.host_bytes)
+        fmt::print("  {:<13}{:>{}}  weights and KV of {} layers kept on the CPU\n", "host memory",
+                   format_bytes(p.host_bytes), w, c.n_cpu_layers);
+    fmt::print("\n  {}\n", capacity_text(p, cap));
+    fmt::print("  model {} ({} parameters, {}), {} layers, {} KV heads of {}\n", m.source,
+               format_count(m.desc.n_params),
+               m.weight_type ? std::string(info(*m.weight_type).label) + " estimate" : m.file_type,
+               m.desc.hp.n_layer, m.desc.hp.n_head_kv, m.desc.hp.head_dim_k);
+    fmt::print(
+        "  config max_model_len {}, max_num_seqs {}, kv {}, {} tokens per step, block {}, "
+        "threads {}\n",
+        c.max_model_len, c.max_num_seqs, name(c.kv_dtype), c.max_num_batched_tokens, c.block_size,
+        c.n_threads);
+    fmt::print("  device {}\n", d.source);
+    if (!p.fits_all()) {
+        if (o.fit)
+            print_suggestions(sugg, p);
+        else if (!sugg.empty())
+            print_suggestions({sugg.front()}, p), fmt::print("\n  (--fit lists more)\n");
+    } else if (o.fit) {
+        fmt::print("\nit fits as asked: nothing to change\n");
+    }
+    if (quant) print_compare(m, d, p, *quant);
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+    auto o = std::make_shared<PlanOptions>();
+    auto* cmd = app.add_subcommand("plan",
+                                   "Say how much memory a model takes before loading it, and which "
+                                   "configuration fits a device");
+    cmd->add_option(
+        "model", o->model,
+        "GGUF file, short name (smollm2-135m, gemma3-270m) or built-in model (llama-3-8b, "
+        "qwen2.5-14b, deepseek-v3... see --list-models)");
+    cmd->add_option("-m,--model", o->model, "Same as the positional MODEL");
+    auto* hf = cmd->add_option("--hf-config", o->hf_config,
+                               "Plan from a Hugging Face config.json instead");
+    auto* wt = cmd->add_option(
+        "--weight-type", o->weight_type,
+        "Weight type to plan for: f32, f16, bf16, fp8, q8_0, q6_k, q5_k_m, q4_k_m, q4_1, "
+        "q4_0, mxfp4, nf4, awq, gptq (default: the checkpoint's own)");
+    (void)hf;
+    cmd->add_option("--device", o->device,
+                    "GPU from the table (rtx-4090, a100-80, h100, l4... see --list-devices) or cpu "
+                    "(default: nvidia-smi's first GPU, else this machine)");
+    cmd->add_option("--device-memory", o->device_memory,
+                    "Device memory (24GiB, 80GB...); a GPU unless --device cpu");
+    cmd->add_option(
+        "--reserve", o->reserve,
+        "Memory other processes keep (default: what nvidia-smi shows in use); taken off before "
+        "--mem-fraction");
+    auto* mem = cmd->add_option("--mem-fraction", o->mem_fraction,
+                                "Fraction of the device (after --reserve) for all four terms")
+                    ->capture_default_str()
+                    ->check(CLI::Range(0.01, 1.0));
+    cmd->add_option("--kv-cache-memory", o->kv_cache_memory,
+                    "Give the KV cache exactly this much instead")
+        ->excludes(mem);
+    auto* len = cmd->add_option("--max-model-len", o->max_model_len,
+                                "Longest sequence (default: the trained context)");
+    auto* seqs = cmd->add_option("--max-num-seqs", o->max_num_seqs, "Sequences at once")
+                     ->capture_default_str();
+    cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens,
+                    "Tokens per step (default: 512)");
+    cmd->add_option("--block-size", o->block_size, "Tokens per KV block")->capture_default_str();
+    auto* kv = cmd->add_option("--kv-dtype", o->kv_dtype, "KV element type: f16, bf16, f32, q8_0")
+                   ->capture_default_str();
+    cmd->add_option("-t,--threads", o->threads,
+                    "CPU engine threads (default: physical cores; 1 on a GPU)");
+    auto* cpu =
+        cmd->add_option("--cpu-layers", o->cpu_layers,
+                        "Keep the first N layers' weights and KV in host memory (GPU plans)");
+    cmd->add_flag("--fit", o->fit, "When it does not fit: list configurations that do, best first");
+    cmd->add_flag("--compare-quant", o->compare_quant,
+                  "Compare weight types at this configuration");
+    cmd->add_flag("--json", o->json, "Print JSON for tools");
+    cmd->add_flag("--list-models", o->list_models, "List the built-in models");
+    cmd->add_flag("--list-devices", o->list_devices, "List the GPU table");
+    cmd->callback([o, wt, len, seqs, kv, cpu] {
+        if (o->list_models || o->list_devices) {
+            if (o->list_models)
+                for (const auto& b : builtin_models())
+                    fmt::print("{:<14} {:<44} {}\n", b.name, b.description, b.source);
+            if (o->list_devices)
+                for (const auto& d : known_devices())
+                    fmt::print("{:<12} {:<16} {:>7} MiB\n", d.key, d.name, d.memory_mib);
+            return;
+        }
+        const PlanModel model = resolve_model(*o);
+        const Device device = resolve_device(*o);
+        PlanSettings s;
+        s.mem_fraction = o->mem_fraction;
+        if (!o->kv_cache_memory.empty()) {
+            s.kv_cache_bytes = parse_bytes_or_throw(o->kv_cache_memory, "--kv-cache-memory");
+            if (s.kv_cache_bytes == 0) fail("--kv-cache-memory must be more than 0");
+        }
+        s.reserve_bytes =
+            o->reserve.empty() ? device.used_bytes : parse_bytes_or_throw(o->reserve, "--reserve");
+        if (s.reserve_bytes >= device.total_bytes)
+            fail("--reserve {} leaves nothing of the device's {}", format_bytes(s.reserve_bytes),
+                 format_bytes(device.total_bytes));
+        s.config.max_model_len = o->max_model_len;
+        s.config.max_num_seqs = o->max_num_seqs;
+        s.config.max_num_batched_tokens = o->max_num_batched_tokens;
+        s.config.block_size = o->block_size;
+        s.config.n_threads = o->threads;
+        s.config.n_cpu_layers = o->cpu_layers;
+        const auto dtype = kv_dtype_from_name(o->kv_dtype);
+        if (!dtype) fail("--kv-dtype '{}': expected f16, bf16, f32 or q8_0", o->kv_dtype);
+        s.config.kv_dtype = *dtype;
+        Pins pins;
+        pins.max_model_len = len->count() > 0;
+        pins.max_num_seqs = seqs->count() > 0;
+        pins.kv_dtype = kv->count() > 0;
+        pins.weight_type = wt->count() > 0;
+        pins.cpu_layers = cpu->count() > 0;
+
+        const Plan plan = evaluate(model, device, s);
+        const Capacity cap = capacity(model, device, s);
+        // Searching and comparing start from the context the plan resolved.
+        s.config.max_model_len = plan.mem.config.max_model_len;
+        std::vector<Suggestion> sugg;
+        if (!plan.fits_all()) sugg = fit_search(model, device, s, pins, o->fit || o->json ? 8 : 1);
+        std::vector<QuantRow> quant;
+        if (o->compare_quant) quant = compare_quant(model, device, s);
+        if (o->json)
+            fmt::print("{}\n", plan_json(model, device, plan, cap, sugg,
+                                         o->compare_quant ? &quant : nullptr)
+                                   .dump(2));
+        else
+            print_human(model, device, plan, cap, sugg, *o, o->compare_quant ? &quant : nullptr);
+    });
+}
+
+}  // namespace headroom::cli

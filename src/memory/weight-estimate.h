@@ -1,0 +1,91 @@
+// Weight bytes of a model in a weight type it is not (yet) stored in: the
+// planner's estimate for a Hugging Face config, a built-in model, or a GGUF
+// file re-quantized (--compare-quant, --fit).
+//
+// GGUF types are estimated tensor by tensor the way llama.cpp's quantizer
+// picks types (src/llama-quant.cpp, llama_tensor_get_type): a K-quant "mix"
+// such as Q4_K_M gives attn_v and ffn_down of some layers Q6_K, the output
+// (or tied token embeddings) Q6_K, and falls back to a 32-element block type
+// for rows whose length is not a multiple of 256 (Q4_K -> Q5_0, Q6_K -> Q8_0).
+// Norms, biases and the MoE router stay F32. With the same rules applied to
+// the real tensor list, the estimate is the file's size to the byte.
+//
+// Formats loaded from Hugging Face checkpoints quantize the linear layers
+// only; embeddings, lm_head, norms and routers stay 16-bit:
+//   fp8   1 B per weight + one f32 scale per output row
+//   nf4   bitsandbytes NF4: 4 bits + one f32 absmax per 64 weights (4.5 bits;
+//         double quantization off, the transformers default)
+//   awq   4 bits + per group of 128 inputs an f16 scale and a 4-bit zero
+//   gptq  as awq, plus an int32 group index per input column (act-order)
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/hparams.h"
+#include "model/model-shape.h"
+
+namespace headroom {
+
+enum class WeightType {
+    F32,
+    F16,
+    BF16,
+    FP8,
+    Q8_0,
+    Q6_K,
+    Q5_K_M,
+    Q4_K_M,
+    Q4_1,
+    Q4_0,
+    MXFP4,
+    NF4,
+    AWQ,
+    GPTQ
+};
+
+struct WeightTypeInfo {
+    WeightType type;
+    std::string_view name;   // as --weight-type takes it: "q4_k_m"
+    std::string_view label;  // for tables: "Q4_K_M", "FP16"
+    std::string_view bits;   // the class people compare: "16-bit", "8-bit", "4-bit"
+    bool gguf;               // a llama.cpp file type
+    // Rank for --fit: how much quality a switch to this type gives up
+    // (0: none). Community perplexity comparisons order them this way.
+    double quality_cost;
+};
+
+const std::vector<WeightTypeInfo>& weight_types();
+const WeightTypeInfo& info(WeightType type);
+inline std::string_view name(WeightType type) {
+    return info(type).name;
+}
+// Case-insensitive; also accepts fp16, float16, bfloat16, int8 (= q8_0),
+// awq-int4, gptq-int4. nullopt for an unknown name.
+std::optional<WeightType> weight_type_from_name(std::string_view name);
+
+// The checkpoint's own type from config.json: its quantization_config, else
+// torch_dtype, else bf16.
+WeightType checkpoint_weight_type(const ModelShape& shape);
+
+struct WeightEstimate {
+    uint64_t bytes = 0;
+    uint64_t n_params = 0;
+    std::vector<uint64_t> layer_bytes;              // per transformer block
+    std::map<std::string, uint64_t> bytes_by_type;  // "Q4_K" -> bytes
+    double bits_per_weight() const {
+        return n_params ? 8.0 * static_cast<double>(bytes) / static_cast<double>(n_params) : 0;
+    }
+};
+
+// `hp` supplies n_layer, n_head/n_head_kv (70B and 8-expert rules) and
+// n_expert. Throws headroom::Error for a tensor a 4-bit group format cannot
+// hold (rows not a multiple of its group).
+WeightEstimate estimate_weights(const std::vector<WeightTensor>& tensors, const HParams& hp,
+                                WeightType type);
+
+}  // namespace headroom

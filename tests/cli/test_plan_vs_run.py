@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""`headroom plan` against what `headroom run` reserves and what the process
+really takes, on the default model, for five configurations (context ×
+concurrency × KV dtype). The plan must predict every term of the engine's
+ledger to the byte (the same function sizes both), and plan and ledger must
+both be within 3% of the run's RSS growth."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from testlib import headroom_bin, model_path, fail_if  # noqa: E402
+
+TOLERANCE = 0.03
+TERMS = ("weights", "kv_cache", "activations", "runtime")
+
+# (max_model_len, max_num_seqs, kv_dtype, kv_cache_memory or None for --mem-fraction)
+CONFIGS = [
+    (2048, 1, "f16", "64MiB"),
+    (4096, 2, "q8_0", "128MiB"),
+    (8192, 4, "f16", "512MiB"),
+    (1024, 8, "bf16", "96MiB"),
+    # No explicit pool: the budget is 90% of this machine's memory and the pool
+    # is what 2 sequences of 2048 tokens can use.
+    (2048, 2, "f32", None),
+]
+
+model = model_path("smollm2-135m")
+failures = 0
+print(f"{'config':<34} {'plan':>12} {'ledger':>12} {'rss growth':>12} {'plan/rss':>9}")
+for max_len, seqs, kv, pool in CONFIGS:
+    flags = ["--max-model-len", str(max_len), "--max-num-seqs", str(seqs), "--kv-dtype", kv,
+             "-t", "2"]
+    if pool:
+        flags += ["--kv-cache-memory", pool]
+    plan = json.loads(subprocess.run(
+        [headroom_bin(), "plan", model, "--device", "cpu", "--json"] + flags,
+        check=True, capture_output=True, text=True).stdout)
+    with tempfile.TemporaryDirectory() as tmp:
+        report_path = os.path.join(tmp, "report.json")
+        subprocess.run([headroom_bin(), "run", "-m", model, "-p", "hi", "-n", "2", "--temp", "0",
+                        "-q", "--memory-report-json", report_path] + flags,
+                       check=True, capture_output=True)
+        with open(report_path) as f:
+            report = json.load(f)
+
+    label = f"{max_len} × {seqs} {kv} {pool or 'mem-fraction'}"
+    for term in TERMS:
+        predicted = plan["terms"][term]["bytes"]
+        reserved = report["terms"][term]["reserved_bytes"]
+        if predicted != reserved:
+            print(f"FAIL {label}: {term} planned {predicted}, the engine reserved {reserved}",
+                  file=sys.stderr)
+            failures += 1
+    ledger = sum(report["terms"][t]["reserved_bytes"] for t in TERMS)
+    if plan["total_bytes"] != ledger:
+        print(f"FAIL {label}: plan total {plan['total_bytes']} != ledger {ledger}", file=sys.stderr)
+        failures += 1
+    rss = report["rss_growth_bytes"]
+    for name, value in (("plan", plan["total_bytes"]), ("ledger", ledger)):
+        if abs(value - rss) > TOLERANCE * rss:
+            print(f"FAIL {label}: {name} {value} is {100 * (value - rss) / rss:+.1f}% of the RSS "
+                  f"growth {rss}", file=sys.stderr)
+            failures += 1
+    print(f"{label:<34} {plan['total_bytes']:>12} {ledger:>12} {rss:>12} "
+          f"{100 * (plan['total_bytes'] - rss) / rss:>+8.2f}%")
+
+fail_if(failures > 0, f"{failures} mismatches")
+print(f"ok: {len(CONFIGS)} configurations, plan == ledger per term, within "
+      f"{100 * TOLERANCE:.0f}% of RSS")

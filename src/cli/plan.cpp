@@ -35,6 +35,7 @@ struct PlanOptions {
     std::string kv_dtype = "f16";
     uint32_t threads = 0;
     uint32_t cpu_layers = 0;
+    bool swa_full = false;
     bool fit = false;
     bool compare_quant = false;
     bool json = false;
@@ -436,6 +437,8 @@ void add_plan_command(CLI::App& app) {
     auto* cpu =
         cmd->add_option("--cpu-layers", o->cpu_layers,
                         "Keep the first N layers' weights and KV in host memory (GPU plans)");
+    cmd->add_flag("--swa-full", o->swa_full,
+                  "Plan as if sliding-window layers cached the whole context (every layer global)");
     cmd->add_flag("--fit", o->fit, "When it does not fit: list configurations that do, best first");
     cmd->add_flag("--compare-quant", o->compare_quant,
                   "Compare weight types at this configuration");
@@ -468,6 +471,7 @@ void add_plan_command(CLI::App& app) {
         s.config.max_model_len = o->max_model_len;
         s.config.max_num_seqs = o->max_num_seqs;
         s.config.max_num_batched_tokens = o->max_num_batched_tokens;
+        s.config.swa_full = o->swa_full;
         s.config.block_size = o->block_size;
         s.config.n_threads = o->threads;
         s.config.n_cpu_layers = o->cpu_layers;

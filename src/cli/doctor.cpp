@@ -10,6 +10,7 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/plan-model.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "doctor/doctor.h"
@@ -49,6 +50,22 @@ doctor::ModelFacts facts_from_gguf(const std::string& path) {
     return m;
 }
 
+// The same facts for a built-in model or a Hugging Face config, from the
+// planner's description (weights estimated for the checkpoint's type).
+doctor::ModelFacts facts_from_plan_model(const PlanModel& pm) {
+    doctor::ModelFacts m;
+    m.name = pm.name;
+    m.n_params = pm.desc.n_params;
+    m.weight_bytes = pm.desc.weight_bytes;
+    EngineConfig f16_all_layers;
+    f16_all_layers.swa_full = true;
+    for (const auto& g : kv_groups_for(pm.desc.hp, f16_all_layers))
+        m.kv_bytes_per_token += g.bytes_per_token;
+    const std::string type = pm.weight_type ? std::string(name(*pm.weight_type)) : pm.file_type;
+    m.weight_bytes_by_type = {{type, pm.desc.weight_bytes}};
+    return m;
+}
+
 doctor::Report read_log(const std::string& path, const doctor::Options& options) {
     if (path == "-") return doctor::diagnose(std::cin, options);
     std::ifstream in(path, std::ios::binary);
@@ -66,7 +83,8 @@ void add_doctor_command(CLI::App& app) {
         "the cause, the numbers and the fix");
     cmd->add_option("log", opt->log, "Log file, or - for standard input")->capture_default_str();
     cmd->add_option("-m,--model", opt->model,
-                    "GGUF file of the model, for advice in its real sizes");
+                    "The model, for advice in its real sizes: a GGUF file, a short name, or a "
+                    "built-in model (llama-3-8b, qwen2.5-14b... see plan --list-models)");
     cmd->add_option("--hf-config", opt->hf_config, "Hugging Face config.json of the model");
     cmd->add_option("--device-memory", opt->device_memory,
                     "GPU memory when the log does not say it (24GiB, 80GB)");
@@ -76,19 +94,12 @@ void add_doctor_command(CLI::App& app) {
         if (!opt->device_memory.empty())
             options.device_memory_bytes =
                 parse_bytes_or_throw(opt->device_memory, "doctor --device-memory");
-        if (!opt->hf_config.empty())
-            fail(
-                "doctor --hf-config {}: reading Hugging Face configs is not available yet; pass "
-                "the model's GGUF file with -m",
-                opt->hf_config);
-        if (!opt->model.empty()) {
-            if (!std::filesystem::is_regular_file(opt->model))
-                fail(
-                    "doctor -m {}: model names are not available yet; pass the path of a GGUF "
-                    "file",
-                    opt->model);
+        if (!opt->model.empty() && std::filesystem::is_regular_file(opt->model) &&
+            opt->hf_config.empty())
             options.model = facts_from_gguf(opt->model);
-        }
+        else if (!opt->model.empty() || !opt->hf_config.empty())
+            options.model =
+                facts_from_plan_model(resolve_plan_model(opt->model, opt->hf_config, ""));
         const doctor::Report report = read_log(opt->log, options);
         if (opt->json)
             fmt::print("{}\n",

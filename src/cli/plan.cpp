@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/plan-model.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "memory/planner.h"
@@ -43,56 +44,8 @@ struct PlanOptions {
     bool list_devices = false;
 };
 
-std::string hf_repo_of(std::string_view url) {
-    const std::string_view host = "huggingface.co/";
-    const size_t at = url.find(host);
-    if (at == std::string_view::npos) return {};
-    std::string_view rest = url.substr(at + host.size());
-    const size_t blob = rest.find("/blob/");
-    return std::string(rest.substr(0, blob));
-}
-
 PlanModel resolve_model(const PlanOptions& o) {
-    std::optional<WeightType> wt;
-    if (!o.weight_type.empty()) {
-        wt = weight_type_from_name(o.weight_type);
-        if (!wt) {
-            std::string names;
-            for (const auto& t : weight_types())
-                names += (names.empty() ? "" : ", ") + std::string(t.name);
-            fail("--weight-type '{}': expected one of {}", o.weight_type, names);
-        }
-    }
-    const std::string name = o.model.empty() ? std::string(kDefaultModel) : o.model;
-    // A config.json given as the model is what --hf-config means.
-    const std::string config =
-        !o.hf_config.empty() ? o.hf_config : (name.ends_with(".json") ? name : std::string());
-    if (!config.empty()) {
-        const ModelShape shape = read_hf_config(config);
-        return plan_model_from_shape(shape, config, "hf-config",
-                                     wt.value_or(checkpoint_weight_type(shape)));
-    }
-    if (!std::filesystem::exists(name)) {
-        if (const BuiltinModel* b = find_builtin_model(name)) {
-            const ModelShape shape = builtin_shape(*b);
-            PlanModel m = plan_model_from_shape(shape, std::string(b->name), "builtin",
-                                                wt.value_or(checkpoint_weight_type(shape)));
-            m.hf_repo = hf_repo_of(b->source);
-            return m;
-        }
-    }
-    std::string path;
-    try {
-        path = resolve_model_path(name);
-    } catch (const Error& e) {
-        std::string names;
-        for (const auto& b : builtin_models())
-            names += (names.empty() ? "" : ", ") + std::string(b.name);
-        fail("{}; built-in models for planning: {}", e.what(), names);
-    }
-    PlanModel m = plan_model_from_gguf(path);
-    if (wt) m = requantized(m, *wt);
-    return m;
+    return resolve_plan_model(o.model, o.hf_config, o.weight_type);
 }
 
 Device resolve_device(const PlanOptions& o) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`headroom doctor` end to end: a log file and standard input, text and
---json, a GGUF given with -m, and the options that are not available yet."""
+--json, a GGUF or a built-in model given with -m, and errors."""
 import json
 import os
 import subprocess
@@ -103,7 +103,19 @@ def check_error(args, expect, stdin=""):
 
 
 check_error([os.path.join(tmp, "missing.log")], "cannot read")
-check_error(["-", "--hf-config", "config.json"], "not available yet")
-check_error(["-", "-m", "qwen2.5-14b"], "not available yet")
+check_error(["-", "--hf-config", os.path.join(tmp, "missing-config.json")], "missing-config.json")
+check_error(["-", "-m", "no-such-model"], "built-in models for planning")
+
+# -m with a built-in model: Qwen2.5-14B in bf16 has 14.77e9 parameters (its
+# model card), 2 bytes each: 27.5 GiB of weights, which an 11.75 GiB GPU
+# cannot hold; the advice names that number.
+torch_oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 136.00 MiB. GPU 0 has a total "
+             "capacity of 11.75 GiB of which 50.56 MiB is free. Including non-PyTorch memory, this process "
+             "has 11.69 GiB memory in use. Of the allocated memory 11.52 GiB is allocated by PyTorch, and "
+             "32.97 MiB is reserved by PyTorch but unallocated.\n")
+p = run(["-", "-m", "qwen2.5-14b"], stdin=torch_oom)
+fail_if(p.returncode != 0, p.stderr)
+fail_if("weights_too_large" not in p.stdout, p.stdout)
+fail_if("needs 27.5" not in p.stdout, p.stdout)
 check_error(["-", "--device-memory", "lots"], "--device-memory")
 print("doctor cli: ok")

@@ -1,7 +1,6 @@
 // Attribute and item access, Python's str/dict/list methods, operators and
 // the global functions.
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
 
@@ -14,21 +13,20 @@ namespace headroom::jinja {
 
 namespace {
 
-constexpr std::array<std::string_view, 28> kStrMethods = {
+constexpr std::string_view kStrMethods[] = {
     "strip",    "lstrip",  "rstrip",  "split",   "rsplit",       "splitlines",   "startswith",
     "endswith", "replace", "upper",   "lower",   "title",        "capitalize",   "swapcase",
     "find",     "rfind",   "count",   "join",    "format",       "isdigit",      "isalpha",
     "isalnum",  "isspace", "islower", "isupper", "removeprefix", "removesuffix", "center"};
-constexpr std::array<std::string_view, 5> kDictMethods = {"get", "items", "keys", "values", "copy"};
-constexpr std::array<std::string_view, 5> kDictUnsafe = {"pop", "popitem", "setdefault", "update",
-                                                         "clear"};
-constexpr std::array<std::string_view, 3> kListMethods = {"index", "count", "copy"};
-constexpr std::array<std::string_view, 8> kListUnsafe = {"append", "extend",  "insert", "pop",
-                                                         "remove", "reverse", "sort",   "clear"};
+constexpr std::string_view kDictMethods[] = {"get", "items", "keys", "values", "copy"};
+constexpr std::string_view kDictUnsafe[] = {"pop", "popitem", "setdefault", "update", "clear"};
+constexpr std::string_view kListMethods[] = {"index", "count", "copy"};
+constexpr std::string_view kListUnsafe[] = {"append", "extend",  "insert", "pop",
+                                            "remove", "reverse", "sort",   "clear"};
 
 template <size_t N>
-bool one_of(const std::array<std::string_view, N>& names, std::string_view name) {
-    return std::find(names.begin(), names.end(), name) != names.end();
+bool one_of(const std::string_view (&names)[N], std::string_view name) {
+    return std::find(std::begin(names), std::end(names), name) != std::end(names);
 }
 
 std::string object_name(const Value& v) {
@@ -87,6 +85,7 @@ std::string format_field(Interpreter& in, const Value& v, std::string_view spec)
 std::string str_format(Interpreter& in, const std::string& fmt_str, const CallArgs& args) {
     std::string out;
     size_t auto_index = 0;
+    enum class Numbering { Unknown, Auto, Manual } numbering = Numbering::Unknown;
     for (size_t i = 0; i < fmt_str.size(); ++i) {
         const char c = fmt_str[i];
         if (c == '}') {
@@ -123,7 +122,13 @@ std::string str_format(Interpreter& in, const std::string& fmt_str, const CallAr
         const std::string head = field.substr(0, end);
         Value v;
         if (head.empty() || std::isdigit(static_cast<unsigned char>(head[0]))) {
-            const size_t index = head.empty() ? auto_index++ : std::stoul(head);
+            // Python forbids mixing "{}" with "{0}".
+            if (head.empty() ? numbering == Numbering::Manual : numbering == Numbering::Auto)
+                fail("cannot switch between automatic and manual field numbering");
+            numbering = head.empty() ? Numbering::Auto : Numbering::Manual;
+            const auto parsed = parse_py_int(head, 10);
+            if (!head.empty() && !parsed) fail("invalid format field '{}'", head);
+            const size_t index = head.empty() ? auto_index++ : static_cast<size_t>(*parsed);
             if (index >= args.positional.size())
                 fail("Replacement index {} out of range for positional args tuple", index);
             v = args.positional[index];
@@ -670,7 +675,8 @@ std::string printf_format(Interpreter& in, const std::string& fmt_str, const Val
         }
         const bool numeric = conv != 's' && conv != 'r' && conv != 'a' && conv != 'c';
         const bool left = flags.find('-') != std::string::npos;
-        std::string spec = left ? "<" : "";
+        // printf right-aligns strings too; '0' padding applies to numbers only.
+        std::string spec = left ? "<" : numeric ? "" : ">";
         if (numeric) {
             if (flags.find('+') != std::string::npos)
                 spec += "+";

@@ -195,6 +195,14 @@ Value round_value(const Value& v, CallArgs& args) {
 
 Value apply_filter(Interpreter& in, std::string_view name, const Value& v, CallArgs& args) {
     if (!one_of(kFilters, name)) fail("no filter named '{}'", name);
+    // Most filters walk their whole subject once or twice; these few do not.
+    const bool constant_time = name == "length" || name == "count" || name == "default" ||
+                               name == "d" || name == "first" || name == "last" || name == "attr";
+    if (!constant_time) {
+        if (v.is_list()) in.charge_items(v.items().size());
+        if (v.is_dict()) in.charge_items(v.dict_obj().size());
+        if (v.is_string()) in.charge_bytes(v.str().size());
+    }
     const std::string fn(name);
     if (name == "length" || name == "count") {
         ArgBinder a(fn, args, {});

@@ -424,6 +424,7 @@ Value call_str_method(Interpreter& in, const std::string& s, const std::string& 
 Value call_method(Interpreter& in, const Value& obj, const std::string& name, CallArgs& args) {
     if (obj.is_string()) return call_str_method(in, obj.str(), name, args);
     if (obj.is_list()) {
+        in.charge_items(obj.items().size());
         if (name == "copy") return Value::list(obj.items(), obj.is_tuple());
         ArgBinder a(name, args, {"value"});
         const Value& x = a.require(0);
@@ -441,6 +442,7 @@ Value call_method(Interpreter& in, const Value& obj, const std::string& name, Ca
         const Value* v = d.find(a.require(0));
         return v ? *v : a.get_or(1, Value::none());
     }
+    in.charge_items(d.size());
     ArgBinder a(name, args, {});
     if (name == "copy") {
         auto copy = std::make_shared<DictObject>();
@@ -828,6 +830,7 @@ Value binary_op(Interpreter& in, Op op, const Value& a, const Value& b) {
     if (op == Op::Add && a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() &&
         !a.is_generator() && !b.is_generator()) {
         in.check_items(a.items().size() + b.items().size());
+        in.charge_items(a.items().size() + b.items().size());
         std::vector<Value> items = a.items();
         items.insert(items.end(), b.items().begin(), b.items().end());
         return Value::list(std::move(items), a.is_tuple());
@@ -852,6 +855,7 @@ Value binary_op(Interpreter& in, Op op, const Value& a, const Value& b) {
             const size_t len = seq.items().size();
             if (len && static_cast<uint64_t>(n) > SIZE_MAX / len) in.check_items(SIZE_MAX);
             in.check_items(len * n);
+            in.charge_items(len * n);
             std::vector<Value> items;
             items.reserve(len * n);
             for (int64_t k = 0; k < n; ++k)

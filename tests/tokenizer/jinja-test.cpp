@@ -64,6 +64,11 @@ TEST(Jinja, WhitespaceControl) {
         {"{% raw %}{{ not evaluated }}{% endraw %}", "{{ not evaluated }}"},
         {"a\r\nb\rc", "a\nb\nc"},
         {"{# a comment #}text", "text"},
+        // Whitespace means Python's: no-break and ideographic spaces count.
+        {"{{- 'a' -}}\xe3\x80\x80"
+         "b{{\xc2\xa0'c'\xc2\xa0}}",
+         "abc"},
+        {"\xc2\xa0\xc2\xa0{% if true %}y{% endif %}", "y"},
     });
 }
 
@@ -374,17 +379,37 @@ TEST(Jinja, SyntaxErrorsNameLineAndColumn) {
 }
 
 TEST(Jinja, LimitsStopHostileTemplates) {
+    jinja::RenderLimits fast;  // a smaller step budget keeps these quick
+    fast.max_steps = 200'000;
     EXPECT_THAT(render_error("{{ range(10**9)|length }}"), HasSubstr("Range too big"));
     EXPECT_THAT(
         render_error(
-            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"),
-        HasSubstr("evaluation steps"));
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            json::object(), fast),
+        HasSubstr("budget of 200000 evaluation steps"));
+    // Quadratic list building is paid for per item copied.
+    EXPECT_THAT(render_error("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
+                             "{% set ns.l = ns.l + [i] %}{% endfor %}",
+                             json::object(), fast),
+                HasSubstr("evaluation steps"));
     EXPECT_THAT(render_error("{{ 'x' * 10**9 }}"), HasSubstr("exceeds the limit"));
     EXPECT_THAT(render_error("{{ 'x' * 10**18 * 10 }}"), HasSubstr("exceeds the limit"));
     EXPECT_THAT(render_error("{{ [0] * 10**9 }}"), HasSubstr("exceeds the limit"));
     EXPECT_THAT(render_error("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}"),
                 HasSubstr("exceeds the limit"));
+    // A small list repeating a large string cannot print into an enormous text.
+    EXPECT_THAT(render_error("{% set big = 'x' * 1000000 %}{{ [big] * 100 }}"),
+                HasSubstr("exceeds the limit"));
+    // Many strings, each within limits, cannot add up past the memory budget.
+    jinja::RenderLimits memory;
+    memory.max_memory_bytes = 32 << 20;
+    EXPECT_THAT(render_error("{% set ns = namespace(l=[]) %}{% for i in range(1000) %}"
+                             "{% set ns.l = ns.l + ['x' * 1000000 ~ i] %}{% endfor %}",
+                             json::object(), memory),
+                HasSubstr("memory limit of 33554432 bytes"));
     EXPECT_THAT(render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"),
+                HasSubstr("macro calls nested deeper than"));
+    EXPECT_THAT(render_error("{% macro f(a=f()) %}{% endmacro %}{{ f() }}"),
                 HasSubstr("macro calls nested deeper than"));
     EXPECT_THAT(render_error("{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}"),
                 HasSubstr("nested more than"));

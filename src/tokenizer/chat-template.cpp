@@ -100,11 +100,11 @@ jinja::Value from_json(const nlohmann::ordered_json& j, int depth) {
         case nlohmann::ordered_json::value_t::number_unsigned: {
             const auto u = j.get<uint64_t>();
             if (u > static_cast<uint64_t>(INT64_MAX))
-                return jinja::Value::number(static_cast<double>(u));
+                return jinja::Value::floating(static_cast<double>(u));
             return jinja::Value::integer(static_cast<int64_t>(u));
         }
         case nlohmann::ordered_json::value_t::number_float:
-            return jinja::Value::number(j.get<double>());
+            return jinja::Value::floating(j.get<double>());
         case nlohmann::ordered_json::value_t::string:
             return jinja::Value::string(j.get<std::string>());
         case nlohmann::ordered_json::value_t::array: {

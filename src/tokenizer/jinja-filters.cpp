@@ -188,7 +188,7 @@ Value round_value(const Value& v, CallArgs& args) {
         r = std::floor(x);
     else
         fail("method must be common, ceil or floor");
-    return Value::number(r / scale);
+    return Value::floating(r / scale);
 }
 
 }  // namespace
@@ -382,15 +382,15 @@ Value apply_filter(Interpreter& in, std::string_view name, const Value& v, CallA
     }
     if (name == "float") {
         ArgBinder a(fn, args, {"default"});
-        if (v.is_number()) return Value::number(v.to_double());
+        if (v.is_number()) return Value::floating(v.to_double());
         if (v.is_undefined()) fail("{}", v.undefined_hint());
         if (v.is_string())
-            if (auto f = parse_py_float(v.str())) return Value::number(*f);
-        return a.get_or(0, Value::number(0.0));
+            if (auto f = parse_py_float(v.str())) return Value::floating(*f);
+        return a.get_or(0, Value::floating(0.0));
     }
     if (name == "abs") {
         ArgBinder a(fn, args, {});
-        if (v.is_float()) return Value::number(std::fabs(v.as_float()));
+        if (v.is_float()) return Value::floating(std::fabs(v.as_float()));
         if (v.is_int() || v.is_bool()) {
             if (v.to_int() == INT64_MIN) fail("integer overflow");
             return Value::integer(std::abs(v.to_int()));

@@ -344,7 +344,7 @@ std::string printf_format(Interpreter& in, const std::string& fmt_str, const Val
             case 'g':
             case 'G':
                 if (!v.is_number()) fail("must be real number, not {}", v.type_name());
-                v = Value::number(v.to_double());
+                v = Value::floating(v.to_double());
                 spec += conv;
                 break;
             case 'c': {

@@ -408,7 +408,7 @@ Value Interpreter::eval(const Expr& e) {
                 fail("bad operand type for unary {}: '{}'", e.op == Op::Neg ? '-' : '+',
                      v.type_name());
             if (e.op == Op::Pos) return v.is_bool() ? Value::integer(v.to_int()) : v;
-            if (v.is_float()) return Value::number(-v.as_float());
+            if (v.is_float()) return Value::floating(-v.as_float());
             if (v.to_int() == INT64_MIN) fail("integer overflow");
             return Value::integer(-v.to_int());
         }

@@ -394,22 +394,22 @@ Value binary_op(Interpreter& in, Op op, const Value& a, const Value& b) {
             const double x = a.to_double(), y = b.to_double();
             switch (op) {
                 case Op::Add:
-                    return Value::number(x + y);
+                    return Value::floating(x + y);
                 case Op::Sub:
-                    return Value::number(x - y);
+                    return Value::floating(x - y);
                 case Op::Mul:
-                    return Value::number(x * y);
+                    return Value::floating(x * y);
                 case Op::Div:
                     if (y == 0) fail("division by zero");
-                    return Value::number(x / y);
+                    return Value::floating(x / y);
                 case Op::FloorDiv:
                     if (y == 0) fail("float floor division by zero");
-                    return Value::number(std::floor(x / y));
+                    return Value::floating(std::floor(x / y));
                 case Op::Mod: {
                     if (y == 0) fail("float modulo");
                     double r = std::fmod(x, y);
                     if (r != 0 && ((r < 0) != (y < 0))) r += y;
-                    return Value::number(r);
+                    return Value::floating(r);
                 }
                 default:
                     break;
@@ -429,7 +429,7 @@ Value binary_op(Interpreter& in, Op op, const Value& a, const Value& b) {
             }
             const double x = a.to_double(), y = b.to_double();
             if (x == 0 && y < 0) fail("0.0 cannot be raised to a negative power");
-            return Value::number(std::pow(x, y));
+            return Value::floating(std::pow(x, y));
         }
         const int64_t x = a.to_int(), y = b.to_int();
         int64_t r = 0;

@@ -539,7 +539,7 @@ class Parser {
                 return literal(t, Value::integer(t.int_value));
             case TokenType::Float:
                 next();
-                return literal(t, Value::number(t.float_value));
+                return literal(t, Value::floating(t.float_value));
             default:
                 break;
         }

@@ -448,7 +448,7 @@ Value Value::integer(int64_t i) {
     return v;
 }
 
-Value Value::number(double f) {
+Value Value::floating(double f) {
     Value v;
     v.data_ = f;
     return v;

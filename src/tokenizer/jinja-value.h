@@ -116,7 +116,7 @@ class Value {
     static Value none();
     static Value boolean(bool b);
     static Value integer(int64_t i);
-    static Value number(double f);
+    static Value floating(double f);
     static Value string(std::string s, bool safe = false);
     static Value list(std::vector<Value> items, bool is_tuple = false);
     static Value generator(std::vector<Value> items);

@@ -7,7 +7,10 @@ independent of headroom's:
                                        texts used and, for every conversation
                                        in tests/data/chat/conversations.json
                                        and add_generation_prompt false/true,
-                                       the rendering or the error raised
+                                       the rendering or the error raised; then
+                                       two conversations with each extra
+                                       context of tests/data/chat/contexts.json
+                                       (tools, enable_thinking)
 
 Templates rendered:
   templates/<stem>.jinja   the chat templates of public models shipped with
@@ -166,11 +169,13 @@ def gguf_info(path):
     return field("tokenizer.chat_template"), bos, eos
 
 
-def render(template, messages, add_generation_prompt, bos, eos):
+def render(template, messages, add_generation_prompt, bos, eos, context=None):
+    context = dict(context or {})
+    tools = context.pop("tools", None)
     try:
         out, _ = ctu.render_jinja_template(
-            conversations=[messages], chat_template=template,
-            add_generation_prompt=add_generation_prompt, bos_token=bos, eos_token=eos)
+            conversations=[messages], chat_template=template, tools=tools,
+            add_generation_prompt=add_generation_prompt, bos_token=bos, eos_token=eos, **context)
         return {"output": out[0]}
     except jinja2.TemplateError as e:
         # raise_exception() raises the base TemplateError; jinja2's own errors
@@ -181,12 +186,20 @@ def render(template, messages, add_generation_prompt, bos, eos):
         return {"error": str(e), "error_type": type(e).__name__}
 
 
-def write_golden(name, template, bos, eos, conversations, extra=None):
+CONTEXT_CONVERSATIONS = ["user", "system_multi_turn"]
+
+
+def write_golden(name, template, bos, eos, conversations, contexts, extra=None):
     cases = []
     for conv_name, messages in conversations.items():
         for agp in (False, True):
             case = {"conversation": conv_name, "add_generation_prompt": agp}
             case.update(render(template, messages, agp, bos, eos))
+            cases.append(case)
+    for ctx_name, context in contexts.items():
+        for conv_name in CONTEXT_CONVERSATIONS:
+            case = {"conversation": conv_name, "add_generation_prompt": True, "context": ctx_name}
+            case.update(render(template, conversations[conv_name], True, bos, eos, context))
             cases.append(case)
     doc = {"name": name, "bos_token": bos, "eos_token": eos}
     doc.update(extra or {})
@@ -201,21 +214,22 @@ def write_golden(name, template, bos, eos, conversations, extra=None):
 
 def main():
     conversations = json.loads((DATA / "conversations.json").read_text(encoding="utf-8"))
+    contexts = json.loads((DATA / "contexts.json").read_text(encoding="utf-8"))
     (DATA / "golden").mkdir(parents=True, exist_ok=True)
     for path in sorted((MODELS / "llama.cpp" / "templates").glob("*.jinja")):
         bos, eos = special_tokens(path.stem)
         template = path.read_text(encoding="utf-8")
-        write_golden(f"templates-{path.stem}", template, bos, eos, conversations,
+        write_golden(f"templates-{path.stem}", template, bos, eos, conversations, contexts,
                      {"template": f"llama.cpp/templates/{path.name}"})
     for rel in GGUF_WITH_TEMPLATE:
         template, bos, eos = gguf_info(MODELS / rel)
         stem = pathlib.Path(rel).stem
-        write_golden(f"gguf-{stem}", template, bos, eos, conversations, {"gguf": rel})
+        write_golden(f"gguf-{stem}", template, bos, eos, conversations, contexts, {"gguf": rel})
     for rel, builtin in GGUF_BUILTIN:
         template, bos, eos = gguf_info(MODELS / rel)
         assert template is None, f"{rel} has a chat template"
         stem = pathlib.Path(rel).stem
-        write_golden(f"builtin-{builtin}-{stem}", BUILTIN[builtin], bos, eos, conversations,
+        write_golden(f"builtin-{builtin}-{stem}", BUILTIN[builtin], bos, eos, conversations, contexts,
                      {"gguf": rel, "builtin": builtin, "template_text": BUILTIN[builtin]})
 
 

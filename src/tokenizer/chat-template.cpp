@@ -87,32 +87,32 @@ bool has_llama3_vocab(const gguf::GgufFile& file) {
            tokens->strings.end();
 }
 
-jinja::Value from_json(const nlohmann::json& j, int depth) {
+jinja::Value from_json(const nlohmann::ordered_json& j, int depth) {
     if (depth > jinja::kMaxDepth)
         fail("chat template context nested deeper than {} levels", jinja::kMaxDepth);
     switch (j.type()) {
-        case nlohmann::json::value_t::null:
+        case nlohmann::ordered_json::value_t::null:
             return jinja::Value::none();
-        case nlohmann::json::value_t::boolean:
+        case nlohmann::ordered_json::value_t::boolean:
             return jinja::Value::boolean(j.get<bool>());
-        case nlohmann::json::value_t::number_integer:
+        case nlohmann::ordered_json::value_t::number_integer:
             return jinja::Value::integer(j.get<int64_t>());
-        case nlohmann::json::value_t::number_unsigned: {
+        case nlohmann::ordered_json::value_t::number_unsigned: {
             const auto u = j.get<uint64_t>();
             if (u > static_cast<uint64_t>(INT64_MAX))
-                return jinja::Value::number(static_cast<double>(u));
+                return jinja::Value::floating(static_cast<double>(u));
             return jinja::Value::integer(static_cast<int64_t>(u));
         }
-        case nlohmann::json::value_t::number_float:
-            return jinja::Value::number(j.get<double>());
-        case nlohmann::json::value_t::string:
+        case nlohmann::ordered_json::value_t::number_float:
+            return jinja::Value::floating(j.get<double>());
+        case nlohmann::ordered_json::value_t::string:
             return jinja::Value::string(j.get<std::string>());
-        case nlohmann::json::value_t::array: {
+        case nlohmann::ordered_json::value_t::array: {
             std::vector<jinja::Value> items;
             for (const auto& item : j) items.push_back(from_json(item, depth + 1));
             return jinja::Value::list(std::move(items));
         }
-        case nlohmann::json::value_t::object: {
+        case nlohmann::ordered_json::value_t::object: {
             auto d = std::make_shared<jinja::DictObject>();
             for (const auto& [k, v] : j.items())
                 d->set(jinja::Value::string(k), from_json(v, depth + 1));

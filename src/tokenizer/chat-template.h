@@ -37,9 +37,10 @@ struct ChatMessage {
 struct ChatTemplateOptions {
     // Append the tokens that open the assistant's turn, as in transformers.
     bool add_generation_prompt = true;
-    // More template variables, a JSON object (e.g. {"enable_thinking": false});
-    // they override the standard ones.
-    nlohmann::json extra_context = nlohmann::json::object();
+    // More template variables, a JSON object (e.g. {"enable_thinking": false,
+    // "tools": [...]}); they override the standard ones. Ordered, because
+    // templates print dicts (tool schemas) in their key order.
+    nlohmann::ordered_json extra_context = nlohmann::ordered_json::object();
     // The instant strftime_now() formats, rendered in UTC, for reproducible
     // prompts; unset means the local time at the call.
     std::optional<std::time_t> now;

@@ -116,6 +116,7 @@ struct Stmt {
     std::string name;                // Macro
     std::vector<MacroParam> params;  // Macro, CallBlock
     std::vector<ExprPtr> values;     // With
+    bool uses_loop = false;          // For: the body mentions `loop`
 };
 
 struct Template {

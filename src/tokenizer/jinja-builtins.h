@@ -35,7 +35,9 @@ std::vector<Value> iterate(const Value& value);
 bool contains(const Value& container, const Value& item);
 // + - * / // % ** with Python's typing rules; `%` on a str formats.
 Value binary_op(Interpreter& in, Op op, const Value& a, const Value& b);
-// Python's `fmt % args`.
+// Python's `fmt % args`; `args` is a tuple, a mapping (for %(name)s) or one value.
 std::string printf_format(Interpreter& in, const std::string& fmt, const Value& args);
+// Python's fmt.format(*args, **kwargs).
+std::string str_format(Interpreter& in, const std::string& fmt, const CallArgs& args);
 
 }  // namespace headroom::jinja

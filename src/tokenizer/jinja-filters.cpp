@@ -1,7 +1,6 @@
 // jinja2's built-in filters and tests (transformers replaces `tojson` with
 // json.dumps(ensure_ascii=False) and its keyword arguments).
 #include <algorithm>
-#include <array>
 #include <cmath>
 
 #include "core/error.h"
@@ -13,25 +12,24 @@ namespace headroom::jinja {
 
 namespace {
 
-constexpr std::array<std::string_view, 42> kFilters = {
+constexpr std::string_view kFilters[] = {
     "abs",        "attr",     "batch",   "capitalize", "center", "count",  "d",
     "default",    "dictsort", "e",       "escape",     "first",  "float",  "forceescape",
     "format",     "indent",   "int",     "items",      "join",   "last",   "length",
     "list",       "lower",    "map",     "max",        "min",    "pprint", "reject",
     "rejectattr", "replace",  "reverse", "round",      "safe",   "select", "selectattr",
-    "sort",       "string",   "sum",     "title",      "tojson", "trim",   "unique"};
-constexpr std::array<std::string_view, 34> kTests = {
-    "boolean", "callable",    "defined", "divisibleby", "eq",      "equalto",  "==",
-    "escaped", "even",        "false",   "filter",      "float",   "ge",       ">=",
-    "gt",      "greaterthan", ">",       "in",          "integer", "iterable", "le",
-    "<=",      "lower",       "lt",      "lessthan",    "<",       "mapping",  "ne",
-    "!=",      "none",        "number",  "odd",         "sameas",  "sequence"};
-constexpr std::array<std::string_view, 5> kMoreTests = {"string", "test", "true", "undefined",
-                                                        "upper"};
+    "sort",       "string",   "sum",     "title",      "tojson", "trim",   "unique",
+    "upper",      "wordcount"};
+constexpr std::string_view kTests[] = {
+    "boolean",  "callable", "defined", "divisibleby", "eq",   "equalto",   "==",     "escaped",
+    "even",     "false",    "filter",  "float",       "ge",   ">=",        "gt",     "greaterthan",
+    ">",        "in",       "integer", "iterable",    "le",   "<=",        "lower",  "lt",
+    "lessthan", "<",        "mapping", "ne",          "!=",   "none",      "number", "odd",
+    "sameas",   "sequence", "string",  "test",        "true", "undefined", "upper"};
 
 template <size_t N>
-bool one_of(const std::array<std::string_view, N>& names, std::string_view name) {
-    return std::find(names.begin(), names.end(), name) != names.end();
+bool one_of(const std::string_view (&names)[N], std::string_view name) {
+    return std::find(std::begin(names), std::end(names), name) != std::end(names);
 }
 
 int64_t length_of(const Value& v) {
@@ -190,12 +188,21 @@ Value round_value(const Value& v, CallArgs& args) {
         r = std::floor(x);
     else
         fail("method must be common, ceil or floor");
-    return Value::number(r / scale);
+    return Value::floating(r / scale);
 }
 
 }  // namespace
 
 Value apply_filter(Interpreter& in, std::string_view name, const Value& v, CallArgs& args) {
+    if (!one_of(kFilters, name)) fail("no filter named '{}'", name);
+    // Most filters walk their whole subject once or twice; these few do not.
+    const bool constant_time = name == "length" || name == "count" || name == "default" ||
+                               name == "d" || name == "first" || name == "last" || name == "attr";
+    if (!constant_time) {
+        if (v.is_list()) in.charge_items(v.items().size());
+        if (v.is_dict()) in.charge_items(v.dict_obj().size());
+        if (v.is_string()) in.charge_bytes(v.str().size());
+    }
     const std::string fn(name);
     if (name == "length" || name == "count") {
         ArgBinder a(fn, args, {});
@@ -375,15 +382,15 @@ Value apply_filter(Interpreter& in, std::string_view name, const Value& v, CallA
     }
     if (name == "float") {
         ArgBinder a(fn, args, {"default"});
-        if (v.is_number()) return Value::number(v.to_double());
+        if (v.is_number()) return Value::floating(v.to_double());
         if (v.is_undefined()) fail("{}", v.undefined_hint());
         if (v.is_string())
-            if (auto f = parse_py_float(v.str())) return Value::number(*f);
-        return a.get_or(0, Value::number(0.0));
+            if (auto f = parse_py_float(v.str())) return Value::floating(*f);
+        return a.get_or(0, Value::floating(0.0));
     }
     if (name == "abs") {
         ArgBinder a(fn, args, {});
-        if (v.is_float()) return Value::number(std::fabs(v.as_float()));
+        if (v.is_float()) return Value::floating(std::fabs(v.as_float()));
         if (v.is_int() || v.is_bool()) {
             if (v.to_int() == INT64_MIN) fail("integer overflow");
             return Value::integer(std::abs(v.to_int()));
@@ -446,6 +453,20 @@ Value apply_filter(Interpreter& in, std::string_view name, const Value& v, CallA
         }
         return Value::generator(std::move(out));
     }
+    if (name == "wordcount") {
+        ArgBinder a(fn, args, {});
+        // Runs of word characters (\w+): letters, digits, underscore.
+        int64_t n = 0;
+        bool in_word = false;
+        for (char32_t cp : decode_utf8(to_str(v))) {
+            const bool word = cp == '_' || (cp >= '0' && cp <= '9') ||
+                              to_lower(cp) != to_upper(cp) ||
+                              (cp >= 0x80 && !is_py_space(cp) && cp > 0xBF);
+            if (word && !in_word) ++n;
+            in_word = word;
+        }
+        return Value::integer(n);
+    }
     if (name == "pprint") {
         ArgBinder a(fn, args, {});
         return Value::string(to_repr(v));
@@ -454,6 +475,7 @@ Value apply_filter(Interpreter& in, std::string_view name, const Value& v, CallA
 }
 
 bool apply_test(Interpreter& in, std::string_view name, const Value& v, CallArgs& args) {
+    if (!one_of(kTests, name)) fail("no test named '{}'", name);
     const std::string fn(name);
     if (name == "defined" || name == "undefined") {
         ArgBinder a(fn, args, {});
@@ -491,8 +513,7 @@ bool apply_test(Interpreter& in, std::string_view name, const Value& v, CallArgs
     }
     if (name == "filter" || name == "test") {
         const std::string target = to_str(v);
-        return name == "filter" ? one_of(kFilters, target)
-                                : one_of(kTests, target) || one_of(kMoreTests, target);
+        return name == "filter" ? one_of(kFilters, target) : one_of(kTests, target);
     }
     ArgBinder a(fn, args, {"other"});
     const Value& other = a.require(0);

@@ -36,6 +36,7 @@ Interpreter::Interpreter(const RenderLimits& limits, const std::tm& now)
 
 std::string Interpreter::render(const Template& tmpl,
                                 const std::vector<std::pair<std::string, Value>>& variables) {
+    ChargeValuesTo charge(std::make_shared<MemoryBudget>(limits_.max_memory_bytes));
     auto globals = std::make_shared<Scope>(nullptr);
     for (auto& [name, value] : builtin_globals()) globals->set(name, std::move(value));
     scope_ = std::make_shared<Scope>(globals);
@@ -43,6 +44,7 @@ std::string Interpreter::render(const Template& tmpl,
     std::string out;
     out_ = &out;
     n_steps_ = 0;
+    line_ = 0;
     call_depth_ = 0;
     std::string error;
     try {
@@ -72,7 +74,13 @@ void Interpreter::step(uint32_t line) {
 }
 
 void Interpreter::charge_bytes(size_t n_bytes) {
-    n_steps_ += n_bytes / 64;
+    n_steps_ += n_bytes / 256;
+    if (n_steps_ > limits_.max_steps)
+        fail("template exceeded its budget of {} evaluation steps", limits_.max_steps);
+}
+
+void Interpreter::charge_items(size_t n_items) {
+    n_steps_ += n_items / 4;
     if (n_steps_ > limits_.max_steps)
         fail("template exceeded its budget of {} evaluation steps", limits_.max_steps);
 }
@@ -202,28 +210,44 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s) {
     // `else` runs outside the loop: a break there ends an enclosing loop.
     if (items.empty()) return exec_body(s.else_body);
     const auto n = static_cast<int64_t>(items.size());
+    // One `loop` object per loop, updated in place each iteration as jinja2's
+    // LoopContext is; built only when the body mentions it.
+    enum Slot { kIndex, kIndex0, kRevindex, kRevindex0, kFirst, kLast, kPrev, kNext };
+    std::shared_ptr<DictObject> loop;
+    if (s.uses_loop) {
+        loop = std::make_shared<DictObject>(DictObject::Kind::Loop);
+        for (const char* key :
+             {"index", "index0", "revindex", "revindex0", "first", "last", "previtem", "nextitem"})
+            loop->set(Value::string(key), Value());
+        loop->set(Value::string("length"), Value::integer(n));
+        loop->set(Value::string("depth"), Value::integer(1));
+        loop->set(Value::string("depth0"), Value::integer(0));
+        std::weak_ptr<DictObject> self = loop;
+        loop->set(Value::string("cycle"),
+                  Value::function("loop.cycle", [self](Interpreter&, CallArgs& a) {
+                      const auto obj = self.lock();
+                      if (!obj || a.positional.empty()) fail("no items for cycling given");
+                      const int64_t i = obj->entries()[kIndex0].second.as_int();
+                      return a.positional[i % a.positional.size()];
+                  }));
+    }
+    const Value no_previous = Value::undefined("there is no previous item");
+    const Value no_next = Value::undefined("there is no next item");
     for (int64_t i = 0; i < n; ++i) {
         step(s.line);
         Restore<std::shared_ptr<Scope>> inner(scope_, std::make_shared<Scope>(scope_));
         assign(s.targets, items[i]);
-        auto loop = std::make_shared<DictObject>(DictObject::Kind::Loop);
-        loop->set(Value::string("index"), Value::integer(i + 1));
-        loop->set(Value::string("index0"), Value::integer(i));
-        loop->set(Value::string("revindex"), Value::integer(n - i));
-        loop->set(Value::string("revindex0"), Value::integer(n - i - 1));
-        loop->set(Value::string("first"), Value::boolean(i == 0));
-        loop->set(Value::string("last"), Value::boolean(i == n - 1));
-        loop->set(Value::string("length"), Value::integer(n));
-        loop->set(Value::string("depth"), Value::integer(1));
-        loop->set(Value::string("depth0"), Value::integer(0));
-        if (i > 0) loop->set(Value::string("previtem"), items[i - 1]);
-        if (i + 1 < n) loop->set(Value::string("nextitem"), items[i + 1]);
-        loop->set(Value::string("cycle"),
-                  Value::function("loop.cycle", [i](Interpreter&, CallArgs& a) {
-                      if (a.positional.empty()) fail("no items for cycling given");
-                      return a.positional[i % a.positional.size()];
-                  }));
-        scope_->set("loop", Value::dict(std::move(loop)));
+        if (loop) {
+            loop->set_at(kIndex, Value::integer(i + 1));
+            loop->set_at(kIndex0, Value::integer(i));
+            loop->set_at(kRevindex, Value::integer(n - i));
+            loop->set_at(kRevindex0, Value::integer(n - i - 1));
+            loop->set_at(kFirst, Value::boolean(i == 0));
+            loop->set_at(kLast, Value::boolean(i == n - 1));
+            loop->set_at(kPrev, i > 0 ? items[i - 1] : no_previous);
+            loop->set_at(kNext, i + 1 < n ? items[i + 1] : no_next);
+            scope_->set("loop", Value::dict(loop));
+        }
         if (exec_body(s.body) == Flow::Break) break;
     }
     return Flow::Normal;
@@ -245,76 +269,67 @@ void Interpreter::exec_set(const Stmt& s) {
 
 void Interpreter::define_macro(const Stmt& s) {
     const Stmt* macro = &s;
-    std::shared_ptr<Scope> closure = scope_;
+    // Weak: the macro lives in the scope it closes over; a strong reference would be a cycle.
+    std::weak_ptr<Scope> closure = scope_;
     scope_->set(s.name, Value::function(s.name, [macro, closure](Interpreter& in, CallArgs& args) {
-                    if (in.call_depth_ >= in.limits_.max_call_depth)
-                        fail("macro calls nested deeper than {}", in.limits_.max_call_depth);
-                    auto frame = std::make_shared<Scope>(closure);
-                    std::vector<Value> varargs;
-                    for (size_t i = 0; i < args.positional.size(); ++i) {
-                        if (i < macro->params.size())
-                            frame->set(macro->params[i].name, args.positional[i]);
-                        else
-                            varargs.push_back(args.positional[i]);
-                    }
-                    auto kwargs = std::make_shared<DictObject>();
-                    std::vector<bool> bound(macro->params.size(), false);
-                    for (size_t i = 0; i < args.positional.size() && i < bound.size(); ++i)
-                        bound[i] = true;
-                    for (auto& [name, value] : args.named) {
-                        size_t k = 0;
-                        while (k < macro->params.size() && macro->params[k].name != name) ++k;
-                        if (k < macro->params.size()) {
-                            if (bound[k])
-                                fail("macro '{}' got multiple values for argument '{}'",
-                                     macro->name, name);
-                            bound[k] = true;
-                            frame->set(name, value);
-                        } else if (name == "caller") {
-                            frame->set(name, value);
-                        } else {
-                            kwargs->set(Value::string(name), value);
-                        }
-                    }
-                    frame->set("varargs", Value::list(std::move(varargs), true));
-                    frame->set("kwargs", Value::dict(kwargs));
-                    Restore<std::shared_ptr<Scope>> inner(in.scope_, frame);
-                    for (size_t k = 0; k < macro->params.size(); ++k) {
-                        if (bound[k]) continue;
-                        const auto& p = macro->params[k];
-                        frame->set(p.name, p.default_value
-                                               ? in.eval(*p.default_value)
-                                               : Value::undefined(fmt::format(
-                                                     "parameter '{}' was not provided", p.name)));
-                    }
-                    ++in.call_depth_;
-                    std::string text;
-                    try {
-                        text = in.capture(macro->body);
-                    } catch (...) {
-                        --in.call_depth_;
-                        throw;
-                    }
-                    --in.call_depth_;
-                    return Value::string(std::move(text));
+                    auto parent = closure.lock();
+                    if (!parent) fail("macro '{}' called after its scope ended", macro->name);
+                    return in.call_macro(*macro, parent, args);
                 }));
+}
+
+// Binds arguments as jinja2 does: positional then keyword; missing ones take
+// their default or are Undefined; extras land in `varargs` and `kwargs`.
+Value Interpreter::call_macro(const Stmt& macro, const std::shared_ptr<Scope>& parent,
+                              CallArgs& args) {
+    if (call_depth_ >= limits_.max_call_depth)
+        fail("macro calls nested deeper than {}", limits_.max_call_depth);
+    Restore<int> depth(call_depth_, call_depth_ + 1);
+    auto frame = std::make_shared<Scope>(parent);
+    const auto& params = macro.params;
+    std::vector<bool> bound(params.size(), false);
+    std::vector<Value> varargs;
+    for (size_t i = 0; i < args.positional.size(); ++i) {
+        if (i < params.size()) {
+            frame->set(params[i].name, args.positional[i]);
+            bound[i] = true;
+        } else {
+            varargs.push_back(args.positional[i]);
+        }
+    }
+    auto kwargs = std::make_shared<DictObject>();
+    for (auto& [name, value] : args.named) {
+        size_t k = 0;
+        while (k < params.size() && params[k].name != name) ++k;
+        if (k < params.size() && bound[k])
+            fail("macro '{}' got multiple values for argument '{}'", macro.name, name);
+        if (k < params.size()) {
+            bound[k] = true;
+            frame->set(name, value);
+        } else if (name == "caller" && macro.kind == StmtKind::Macro) {
+            frame->set(name, value);
+        } else {
+            kwargs->set(Value::string(name), value);
+        }
+    }
+    frame->set("varargs", Value::list(std::move(varargs), true));
+    frame->set("kwargs", Value::dict(kwargs));
+    Restore<std::shared_ptr<Scope>> inner(scope_, frame);
+    for (size_t k = 0; k < params.size(); ++k) {
+        if (bound[k]) continue;
+        const auto& p = params[k];
+        frame->set(p.name, p.default_value ? eval(*p.default_value)
+                                           : Value::undefined(fmt::format(
+                                                 "parameter '{}' was not provided", p.name)));
+    }
+    return Value::string(capture(macro.body));
 }
 
 void Interpreter::exec_call_block(const Stmt& s) {
     const Stmt* block = &s;
     std::shared_ptr<Scope> closure = scope_;
     Value caller = Value::function("caller", [block, closure](Interpreter& in, CallArgs& args) {
-        auto frame = std::make_shared<Scope>(closure);
-        for (size_t i = 0; i < block->params.size(); ++i) {
-            const auto& p = block->params[i];
-            if (i < args.positional.size())
-                frame->set(p.name, args.positional[i]);
-            else
-                frame->set(p.name, p.default_value ? in.eval(*p.default_value) : Value());
-        }
-        for (auto& [name, value] : args.named) frame->set(name, value);
-        Restore<std::shared_ptr<Scope>> inner(in.scope_, frame);
-        return Value::string(in.capture(block->body));
+        return in.call_macro(*block, closure, args);
     });
     const Expr& call = *s.expr;
     const Value callee = eval(*call.a);
@@ -393,7 +408,7 @@ Value Interpreter::eval(const Expr& e) {
                 fail("bad operand type for unary {}: '{}'", e.op == Op::Neg ? '-' : '+',
                      v.type_name());
             if (e.op == Op::Pos) return v.is_bool() ? Value::integer(v.to_int()) : v;
-            if (v.is_float()) return Value::number(-v.as_float());
+            if (v.is_float()) return Value::floating(-v.as_float());
             if (v.to_int() == INT64_MIN) fail("integer overflow");
             return Value::integer(-v.to_int());
         }
@@ -479,10 +494,10 @@ Value Interpreter::eval_compare(const Expr& e) {
                 r = less(rhs, lhs) || equals(lhs, rhs);
                 break;
             case Op::In:
-                r = contains(rhs, lhs);
-                break;
             case Op::NotIn:
-                r = !contains(rhs, lhs);
+                if (rhs.is_list()) charge_items(rhs.items().size());
+                if (rhs.is_string()) charge_bytes(rhs.str().size());
+                r = contains(rhs, lhs) == (e.ops[i] == Op::In);
                 break;
             default:
                 break;

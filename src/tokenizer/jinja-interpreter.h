@@ -8,11 +8,13 @@
 // variables set after its definition, as in jinja2.
 //
 // Templates are untrusted. Every expression node, statement and loop
-// iteration costs a step and string work costs a step per 64 bytes; a render
-// over budget, any string or output over max_output_bytes, a list over
-// max_items or macro recursion over max_call_depth stops with a
-// headroom::Error instead of hanging or exhausting memory. Parsing already
-// bounds the nesting of expressions and blocks.
+// iteration costs a step, string work a step per 256 bytes and list work a
+// step per 4 items (copying is cheap next to evaluating a node). A render
+// stops with a headroom::Error, instead of hanging or exhausting memory,
+// when it runs out of steps, builds a string or output over
+// max_output_bytes, a list over max_items, holds more than max_memory_bytes
+// of values at once, or nests macro calls past max_call_depth. Parsing
+// already bounds the nesting of expressions and blocks.
 #pragma once
 
 #include <cstdint>
@@ -30,10 +32,11 @@
 namespace headroom::jinja {
 
 struct RenderLimits {
-    size_t max_output_bytes = size_t{16} << 20;
-    uint64_t max_steps = 20'000'000;
+    size_t max_output_bytes = size_t{16} << 20;   // also caps every string built
+    size_t max_memory_bytes = size_t{256} << 20;  // live strings, lists and dicts
+    uint64_t max_steps = 10'000'000;              // real templates take ~1000 per message
     int max_call_depth = 64;
-    size_t max_items = size_t{1} << 20;
+    size_t max_items = size_t{1} << 20;  // in one list
 };
 
 // Arguments of a call, a filter or a test, already evaluated.
@@ -66,9 +69,12 @@ class Interpreter {
 
     // For built-ins: account work, check sizes, call back into templates.
     void charge_bytes(size_t n_bytes);
+    void charge_items(size_t n_items);
     void check_string_size(size_t n_bytes) const;
     void check_items(size_t n_items) const;
     const std::tm& now() const { return now_; }
+    // Steps the last render used, to size max_steps.
+    uint64_t n_steps() const { return n_steps_; }
     Value call(const Value& callee, CallArgs& args);
     std::shared_ptr<DictObject> make_namespace();
 
@@ -81,6 +87,7 @@ class Interpreter {
     Flow exec_for(const Stmt& s);
     void exec_set(const Stmt& s);
     void define_macro(const Stmt& s);
+    Value call_macro(const Stmt& macro, const std::shared_ptr<Scope>& parent, CallArgs& args);
     void exec_call_block(const Stmt& s);
     std::string capture(const Body& body);
     void emit(std::string_view text);

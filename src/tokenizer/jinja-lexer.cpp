@@ -10,8 +10,14 @@ namespace headroom::jinja {
 
 namespace {
 
-bool is_ascii_space(char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+// Byte length of the Python whitespace code point (regex \s) at `pos`, or 0.
+size_t space_len(std::string_view s, size_t pos) {
+    const auto b = static_cast<unsigned char>(s[pos]);
+    if (b < 0x80) return is_py_space(b) ? 1 : 0;
+    size_t n = (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 1;
+    if (pos + n > s.size()) return 0;
+    const std::u32string cp = decode_utf8(s.substr(pos, n));
+    return cp.size() == 1 && is_py_space(cp[0]) ? n : 0;
 }
 bool is_digit(char c) {
     return c >= '0' && c <= '9';
@@ -223,14 +229,14 @@ class Lexer {
     bool is_raw_begin(size_t start, size_t& end) const {
         size_t p = start + 2;
         if (p < src_.size() && (src_[p] == '-' || src_[p] == '+')) ++p;
-        while (p < src_.size() && is_ascii_space(src_[p])) ++p;
+        while (p < src_.size() && space_len(src_, p)) p += space_len(src_, p);
         if (src_.compare(p, 3, "raw") != 0) return false;
         p += 3;
         if (p < src_.size() && is_name_char(src_[p])) return false;
-        while (p < src_.size() && is_ascii_space(src_[p])) ++p;
+        while (p < src_.size() && space_len(src_, p)) p += space_len(src_, p);
         if (src_.compare(p, 3, "-%}") == 0) {
             p += 3;
-            while (p < src_.size() && is_ascii_space(src_[p])) ++p;
+            while (p < src_.size() && space_len(src_, p)) p += space_len(src_, p);
         } else if (src_.compare(p, 2, "%}") == 0) {
             p += 2;
         } else {
@@ -246,10 +252,10 @@ class Lexer {
             const char sign =
                 q < src_.size() && (src_[q] == '-' || src_[q] == '+') ? src_[q] : '\0';
             if (sign) ++q;
-            while (q < src_.size() && is_ascii_space(src_[q])) ++q;
+            while (q < src_.size() && space_len(src_, q)) q += space_len(src_, q);
             if (src_.compare(q, 6, "endraw") != 0) continue;
             q += 6;
-            while (q < src_.size() && is_ascii_space(src_[q])) ++q;
+            while (q < src_.size() && space_len(src_, q)) q += space_len(src_, q);
             size_t end = 0;
             if (!match_block_end(q, end)) continue;
             std::string text = src_.substr(body, p - body);
@@ -277,7 +283,7 @@ class Lexer {
             end = p + 3;
         } else if (src_.compare(p, 3, "-%}") == 0) {
             end = p + 3;
-            while (end < src_.size() && is_ascii_space(src_[end])) ++end;
+            while (end < src_.size() && space_len(src_, end)) end += space_len(src_, end);
         } else if (src_.compare(p, 2, "%}") == 0) {
             end = p + 2;
             if (end < src_.size() && src_[end] == '\n') ++end;
@@ -291,7 +297,7 @@ class Lexer {
         for (size_t q = src_.find("#}", pos_); q != std::string::npos; q = src_.find("#}", q + 1)) {
             size_t end = q + 2;
             if (q > pos_ && src_[q - 1] == '-') {
-                while (end < src_.size() && is_ascii_space(src_[end])) ++end;
+                while (end < src_.size() && space_len(src_, end)) end += space_len(src_, end);
             } else if (!(q > pos_ && src_[q - 1] == '+')) {
                 if (end < src_.size() && src_[end] == '\n') ++end;
             }
@@ -313,7 +319,8 @@ class Lexer {
                 if (variable) {
                     if (src_.compare(pos_, 3, "-}}") == 0) {
                         end = pos_ + 3;
-                        while (end < src_.size() && is_ascii_space(src_[end])) ++end;
+                        while (end < src_.size() && space_len(src_, end))
+                            end += space_len(src_, end);
                     } else if (src_.compare(pos_, 2, "}}") == 0) {
                         end = pos_ + 2;
                     }
@@ -328,8 +335,8 @@ class Lexer {
                 }
             }
             const char c = src_[pos_];
-            if (is_ascii_space(c)) {
-                ++pos_;
+            if (const size_t n = space_len(src_, pos_)) {
+                pos_ += n;
             } else if (is_digit(c)) {
                 lex_number();
             } else if (is_name_start(c)) {

@@ -200,7 +200,9 @@ class Parser {
         if (skip_name("if")) s->cond = parse_expression(true);
         if (is_name("recursive")) error(cur(), "recursive loops are not supported");
         expect_block_end();
+        const size_t n_loop_names = n_loop_names_;
         s->body = parse_body({"endfor", "else"});
+        s->uses_loop = n_loop_names_ != n_loop_names;
         if (cur().type == TokenType::BlockBegin && is_name("else", peek())) {
             next();
             next();
@@ -522,6 +524,7 @@ class Parser {
                 if (t.value == "false" || t.value == "False")
                     return literal(t, Value::boolean(false));
                 if (t.value == "none" || t.value == "None") return literal(t, Value::none());
+                if (t.value == "loop") ++n_loop_names_;
                 auto e = node(ExprKind::Name, t);
                 e->name = t.value;
                 return e;
@@ -536,7 +539,7 @@ class Parser {
                 return literal(t, Value::integer(t.int_value));
             case TokenType::Float:
                 next();
-                return literal(t, Value::number(t.float_value));
+                return literal(t, Value::floating(t.float_value));
             default:
                 break;
         }
@@ -740,6 +743,7 @@ class Parser {
     size_t pos_ = 0;
     int expr_depth_ = 0;
     int block_depth_ = 0;
+    size_t n_loop_names_ = 0;  // `loop` names parsed so far
 };
 
 }  // namespace

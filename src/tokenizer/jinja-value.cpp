@@ -11,6 +11,13 @@ namespace headroom::jinja {
 
 namespace {
 
+thread_local std::shared_ptr<MemoryBudget> t_budget;
+
+void check_text_size(const std::string& out) {
+    if (out.size() > kMaxTextBytes)
+        fail("text of a value exceeds the limit of {} bytes", kMaxTextBytes);
+}
+
 // Guards recursive walks over values that may be cyclic through namespaces.
 struct DepthGuard {
     explicit DepthGuard(int& depth) : depth_(depth) {
@@ -117,6 +124,7 @@ void repr_into(std::string& out, const Value& v, int& depth) {
             for (size_t i = 0; i < items.size(); ++i) {
                 if (i) out += ", ";
                 repr_into(out, items[i], depth);
+                check_text_size(out);
             }
             if (v.is_tuple() && items.size() == 1) out.push_back(',');
             out.push_back(v.is_tuple() ? ')' : ']');
@@ -137,6 +145,7 @@ void repr_into(std::string& out, const Value& v, int& depth) {
                 repr_into(out, k, depth);
                 out += ": ";
                 repr_into(out, val, depth);
+                check_text_size(out);
             }
             out.push_back('}');
             if (d.kind() == DictObject::Kind::Namespace) out.push_back('>');
@@ -294,6 +303,7 @@ void json_into(std::string& out, const Value& v, const JsonOptions& o, int level
                 if (i) out += o.item_separator;
                 if (o.pretty) newline(level + 1);
                 json_into(out, items[i], o, level + 1, depth);
+                check_text_size(out);
             }
             if (o.pretty) newline(level);
             out.push_back(']');
@@ -338,6 +348,7 @@ void json_into(std::string& out, const Value& v, const JsonOptions& o, int level
                 }
                 out += o.key_separator;
                 json_into(out, val, o, level + 1, depth);
+                check_text_size(out);
             }
             if (o.pretty) newline(level);
             out.push_back('}');
@@ -351,6 +362,25 @@ void json_into(std::string& out, const Value& v, const JsonOptions& o, int level
 }
 
 }  // namespace
+
+void MemoryBudget::charge(size_t n_bytes) {
+    if (n_bytes > max_bytes_ - std::min(used_bytes_, max_bytes_))
+        fail("template values exceed the memory limit of {} bytes", max_bytes_);
+    used_bytes_ += n_bytes;
+}
+
+ChargeValuesTo::ChargeValuesTo(std::shared_ptr<MemoryBudget> budget)
+    : previous_(std::exchange(t_budget, std::move(budget))) {}
+
+ChargeValuesTo::~ChargeValuesTo() {
+    t_budget = std::move(previous_);
+}
+
+DictObject::DictObject(Kind kind) : kind_(kind), budget_(t_budget) {}
+
+DictObject::~DictObject() {
+    if (budget_) budget_->release(charged_bytes_);
+}
 
 const Value* DictObject::find(const Value& key) const {
     const auto it = index_.find(hash_key(key));
@@ -368,11 +398,23 @@ void DictObject::set(Value key, Value value) {
     const int d = std::max(key.depth(), value.depth()) + 1;
     if (d > kMaxDepth) fail("value nested deeper than {} levels", kMaxDepth);
     depth_ = std::max(depth_, d);
-    auto [it, inserted] = index_.try_emplace(hash_key(key), entries_.size());
-    if (inserted)
-        entries_.emplace_back(std::move(key), std::move(value));
-    else
+    std::string h = hash_key(key);
+    if (const auto it = index_.find(h); it != index_.end()) {
         entries_[it->second].second = std::move(value);
+        return;
+    }
+    // An entry, its hash key and the index node.
+    const size_t n_bytes = sizeof(entries_[0]) + 2 * h.size() + 64;
+    if (budget_) budget_->charge(n_bytes);
+    charged_bytes_ += n_bytes;
+    index_.emplace(std::move(h), entries_.size());
+    entries_.emplace_back(std::move(key), std::move(value));
+}
+
+void DictObject::set_at(size_t index, Value value) {
+    depth_ = std::max(depth_, value.depth() + 1);
+    if (depth_ > kMaxDepth) fail("value nested deeper than {} levels", kMaxDepth);
+    entries_[index].second = std::move(value);
 }
 
 void DictObject::clear() {
@@ -406,7 +448,7 @@ Value Value::integer(int64_t i) {
     return v;
 }
 
-Value Value::number(double f) {
+Value Value::floating(double f) {
     Value v;
     v.data_ = f;
     return v;
@@ -414,19 +456,40 @@ Value Value::number(double f) {
 
 Value Value::string(std::string s, bool safe) {
     Value v;
-    v.data_ = std::make_shared<const std::string>(std::move(s));
+    if (t_budget) {
+        const size_t n_bytes = sizeof(std::string) + s.capacity();
+        t_budget->charge(n_bytes);
+        v.data_ = StringPtr(new std::string(std::move(s)),
+                            [budget = t_budget, n_bytes](const std::string* p) {
+                                budget->release(n_bytes);
+                                delete p;
+                            });
+    } else {
+        v.data_ = std::make_shared<const std::string>(std::move(s));
+    }
     v.safe_ = safe;
     return v;
 }
 
 Value Value::list(std::vector<Value> items, bool is_tuple) {
-    auto obj = std::make_shared<ListObject>();
-    for (const auto& item : items) obj->depth = std::max(obj->depth, item.depth() + 1);
-    if (obj->depth > kMaxDepth) fail("value nested deeper than {} levels", kMaxDepth);
-    obj->items = std::move(items);
-    obj->is_tuple = is_tuple;
+    int depth = 1;
+    for (const auto& item : items) depth = std::max(depth, item.depth() + 1);
+    if (depth > kMaxDepth) fail("value nested deeper than {} levels", kMaxDepth);
+    ListPtr obj;
+    if (t_budget) {
+        const size_t n_bytes = sizeof(ListObject) + items.capacity() * sizeof(Value);
+        t_budget->charge(n_bytes);
+        obj = ListPtr(new ListObject{std::move(items), is_tuple, false, depth},
+                      [budget = t_budget, n_bytes](const ListObject* p) {
+                          budget->release(n_bytes);
+                          delete p;
+                      });
+    } else {
+        obj = std::make_shared<const ListObject>(
+            ListObject{std::move(items), is_tuple, false, depth});
+    }
     Value v;
-    v.data_ = ListPtr(std::move(obj));
+    v.data_ = std::move(obj);
     return v;
 }
 

@@ -32,6 +32,35 @@ struct CallArgs;
 
 inline constexpr int kMaxDepth = 256;
 
+// Bytes held by the strings, lists and dicts a render creates. Each value is
+// small enough on its own (strings are capped), but a template could keep
+// many of them; the budget bounds their sum while they are alive.
+class MemoryBudget {
+  public:
+    explicit MemoryBudget(size_t max_bytes) : max_bytes_(max_bytes) {}
+    // Throws headroom::Error when the live total would pass max_bytes.
+    void charge(size_t n_bytes);
+    void release(size_t n_bytes) { used_bytes_ -= n_bytes; }
+    size_t used_bytes() const { return used_bytes_; }
+
+  private:
+    size_t max_bytes_;
+    size_t used_bytes_ = 0;
+};
+
+// While alive, values created on this thread are charged to `budget` (and
+// give the bytes back when destroyed). Values created outside any scope are free.
+class ChargeValuesTo {
+  public:
+    explicit ChargeValuesTo(std::shared_ptr<MemoryBudget> budget);
+    ~ChargeValuesTo();
+    ChargeValuesTo(const ChargeValuesTo&) = delete;
+    ChargeValuesTo& operator=(const ChargeValuesTo&) = delete;
+
+  private:
+    std::shared_ptr<MemoryBudget> previous_;
+};
+
 struct ListObject {
     std::vector<Value> items;
     bool is_tuple = false;
@@ -46,7 +75,10 @@ class DictObject {
   public:
     enum class Kind : uint8_t { Dict, Namespace, Loop };
 
-    explicit DictObject(Kind kind = Kind::Dict) : kind_(kind) {}
+    explicit DictObject(Kind kind = Kind::Dict);
+    ~DictObject();
+    DictObject(const DictObject&) = delete;
+    DictObject& operator=(const DictObject&) = delete;
     Kind kind() const { return kind_; }
     size_t size() const { return entries_.size(); }
     const std::vector<std::pair<Value, Value>>& entries() const { return entries_; }
@@ -54,6 +86,8 @@ class DictObject {
     const Value* find(const Value& key) const;
     const Value* find(std::string_view key) const;
     void set(Value key, Value value);
+    // Replaces the value of entry `index` (in entries() order) in place.
+    void set_at(size_t index, Value value);
     int depth() const { return depth_; }
     // Drops every entry; breaks namespace reference cycles at the end of a render.
     void clear();
@@ -61,6 +95,8 @@ class DictObject {
   private:
     Kind kind_;
     int depth_ = 1;
+    std::shared_ptr<MemoryBudget> budget_;
+    size_t charged_bytes_ = 0;
     std::vector<std::pair<Value, Value>> entries_;
     std::unordered_map<std::string, size_t> index_;  // hash key -> position in entries_
 };
@@ -80,7 +116,7 @@ class Value {
     static Value none();
     static Value boolean(bool b);
     static Value integer(int64_t i);
-    static Value number(double f);
+    static Value floating(double f);
     static Value string(std::string s, bool safe = false);
     static Value list(std::vector<Value> items, bool is_tuple = false);
     static Value generator(std::vector<Value> items);
@@ -145,6 +181,10 @@ class Value {
         data_;
     bool safe_ = false;
 };
+
+// Text built from a value (str, repr, JSON) fails beyond this size: a small
+// list can repeat one large string many times.
+inline constexpr size_t kMaxTextBytes = size_t{64} << 20;
 
 // Python's str(): what `{{ value }}` prints ("None", "True", "['a', 1]"; "" for Undefined).
 std::string to_str(const Value& value);

@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang and fuzzes each for SECONDS
-# (default 60), starting from the seed corpora in fuzz/corpus/. For a longer
-# run: scripts/fuzz.sh 3600. Crashes are written to build/fuzz/artifacts/.
+# (default 60), starting from the seed corpora in fuzz/corpus/. Targets:
+# gguf, doctor, chat-template, openai-request (default: all). For a longer
+# run: scripts/fuzz.sh 3600 gguf. Crashes are written to build/fuzz/artifacts/
+# and make the script fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
+shift || true
+targets=("$@")
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j "$(nproc)" >/dev/null
 mkdir -p build/fuzz/artifacts
-for target in build/fuzz/fuzz/*-fuzz; do
-  name=$(basename "$target" -fuzz)
+if [ ${#targets[@]} -eq 0 ]; then
+  for t in build/fuzz/fuzz/*-fuzz; do targets+=("$(basename "$t" -fuzz)"); done
+fi
+for name in "${targets[@]}"; do
+  target="build/fuzz/fuzz/$name-fuzz"
+  [ -x "$target" ] || { echo "fuzz: no target '$name'" >&2; exit 2; }
   corpus="build/fuzz/corpus-$name"
   mkdir -p "$corpus"
   cp -n fuzz/corpus/"$name"/* "$corpus"/ 2>/dev/null || true

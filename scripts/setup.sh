@@ -73,6 +73,7 @@ step "running tests (ctest, slow tests excluded; HEADROOM_TEST_ARGS='${HEADROOM_
 # shellcheck disable=SC2086
 ctest --preset release -j "$(nproc)" -LE slow ${HEADROOM_TEST_ARGS:-}
 
-step "fuzzing the GGUF reader for ${HEADROOM_FUZZ_SECONDS:-60}s"
-scripts/fuzz.sh "${HEADROOM_FUZZ_SECONDS:-60}"
+step "fuzzing: the GGUF reader for ${HEADROOM_FUZZ_SECONDS:-60}s, the other parsers for 20s each"
+scripts/fuzz.sh "${HEADROOM_FUZZ_SECONDS:-60}" gguf
+scripts/fuzz.sh 20 doctor chat-template openai-request
 step "all tests passed"

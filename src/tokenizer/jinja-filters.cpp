@@ -332,12 +332,13 @@ Value apply_filter(Interpreter& in, std::string_view name, const Value& v, CallA
         auto items = keyed(v, a.get(is_sort ? 2 : 1), cs);
         if (name == "unique") {
             std::vector<Value> out, seen;
-            for (auto& [key, item] : items) {
+            for (auto& entry : items) {
+                const Value& key = entry.first;
                 if (std::any_of(seen.begin(), seen.end(),
                                 [&](const Value& s) { return equals(s, key); }))
                     continue;
                 seen.push_back(key);
-                out.push_back(item);
+                out.push_back(entry.second);
             }
             return Value::generator(std::move(out));
         }

@@ -80,7 +80,7 @@ class DictObject {
     DictObject(const DictObject&) = delete;
     DictObject& operator=(const DictObject&) = delete;
     Kind kind() const { return kind_; }
-    size_t size() const { return entries_.size(); }
+    size_t size() const;  // defined below, once Value is complete
     const std::vector<std::pair<Value, Value>>& entries() const { return entries_; }
     // nullptr when absent. Throws headroom::Error for an unhashable key.
     const Value* find(const Value& key) const;
@@ -211,5 +211,9 @@ std::string to_json(const Value& value, const JsonOptions& options);
 
 // HTML escaping as markupsafe.escape does it (&, <, >, ", ').
 std::string html_escape(std::string_view s);
+
+inline size_t DictObject::size() const {
+    return entries_.size();
+}
 
 }  // namespace headroom::jinja

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "memory/planner.h"
+#include "memory/report.h"
 #include "model/model-table.h"
 #include "model/registry.h"
 
@@ -179,14 +180,7 @@ json plan_json(const PlanModel& m, const Device& d, const Plan& p, const Capacit
           {"source", d.source}}},
         {"budget_bytes", mp.budget_bytes},
         {"mem_fraction", p.settings.mem_fraction},
-        {"config",
-         {{"max_model_len", c.max_model_len},
-          {"max_num_seqs", c.max_num_seqs},
-          {"max_num_batched_tokens", c.max_num_batched_tokens},
-          {"kv_dtype", std::string(name(c.kv_dtype))},
-          {"block_size", c.block_size},
-          {"threads", c.n_threads},
-          {"n_cpu_layers", c.n_cpu_layers}}},
+        {"config", engine_config_json(c)},
         {"terms",
          {{"weights", {{"bytes", mp.weights_bytes}, {"formula", f.weights}}},
           {"kv_cache",

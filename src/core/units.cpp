@@ -1,4 +1,5 @@
 #include "core/units.h"
+#include "core/strings.h"
 
 #include <fmt/format.h>
 
@@ -13,9 +14,7 @@ namespace headroom {
 namespace {
 
 std::string lower(std::string_view s) {
-    std::string out(s);
-    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return out;
+    return ascii_lower(s);
 }
 
 std::optional<double> multiplier(std::string_view suffix) {

@@ -323,7 +323,8 @@ TermFormulas formulas(const PlanModel& model, const Plan& plan) {
                     format_bytes(r.tokenizer_bytes), n_of(c.max_num_seqs, "sequence", "sequences"),
                     format_bytes(r.sequences_bytes), format_bytes(r.prefix_index_bytes));
     if (r.metadata_bytes)
-        f.runtime += fmt::format(", model file header and index {}", format_bytes(r.metadata_bytes));
+        f.runtime +=
+            fmt::format(", model file header and index {}", format_bytes(r.metadata_bytes));
     if (r.thread_stacks_bytes)
         f.runtime += fmt::format(", {} {}", n_of(c.n_threads - 1, "worker stack", "worker stacks"),
                                  format_bytes(r.thread_stacks_bytes));

@@ -24,6 +24,17 @@ uint64_t predicted(const MemoryPlan& p, Term t) {
 
 }  // namespace
 
+nlohmann::json engine_config_json(const EngineConfig& c) {
+    return {{"max_model_len", c.max_model_len},
+            {"max_num_seqs", c.max_num_seqs},
+            {"max_num_batched_tokens", c.max_num_batched_tokens},
+            {"kv_dtype", std::string(name(c.kv_dtype))},
+            {"block_size", c.block_size},
+            {"threads", c.n_threads},
+            {"swa_full", c.swa_full},
+            {"n_cpu_layers", c.n_cpu_layers}};
+}
+
 nlohmann::json memory_report_json(const MemoryPlan& plan, const LedgerSnapshot& ledger,
                                   const KvCache& cache, const ProcessMemory& process) {
     nlohmann::json terms = nlohmann::json::object(), pred = nlohmann::json::object();
@@ -63,13 +74,7 @@ nlohmann::json memory_report_json(const MemoryPlan& plan, const LedgerSnapshot& 
             {"rss_growth_bytes", process.rss_bytes > process.rss_start_bytes
                                      ? process.rss_bytes - process.rss_start_bytes
                                      : 0},
-            {"config",
-             {{"max_model_len", c.max_model_len},
-              {"max_num_seqs", c.max_num_seqs},
-              {"max_num_batched_tokens", c.max_num_batched_tokens},
-              {"kv_dtype", std::string(name(c.kv_dtype))},
-              {"block_size", c.block_size},
-              {"threads", c.n_threads}}},
+            {"config", engine_config_json(c)},
             {"prefix_cache",
              {{"query_tokens", cache.prefix_stats().query_tokens},
               {"hit_tokens", cache.prefix_stats().hit_tokens}}}};

@@ -18,6 +18,9 @@ struct ProcessMemory {
     uint64_t rss_start_bytes = 0;  // before the model was loaded
 };
 
+// The engine configuration as reported by `run --memory-report-json`, /v1/memory and `plan --json`.
+nlohmann::json engine_config_json(const EngineConfig& config);
+
 nlohmann::json memory_report_json(const MemoryPlan& plan, const LedgerSnapshot& ledger,
                                   const KvCache& cache, const ProcessMemory& process);
 std::string memory_report_table(const MemoryPlan& plan, const LedgerSnapshot& ledger,

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "core/thread-pool.h"
 #include "core/units.h"
 #include "format/gguf-reader.h"
@@ -127,9 +128,8 @@ std::vector<KvGroupPlan> kv_groups_for(const HParams& hp, const EngineConfig& co
         swa.kind = AttentionKind::SlidingWindow;
         swa.window = hp.sliding_window;
         for (uint32_t il = config.n_cpu_layers; il < hp.n_layer; ++il) {
-            const bool is_swa =
-                !config.swa_full && hp.sliding_window > 0 && il < hp.layer_is_swa.size() &&
-                hp.layer_is_swa[il];
+            const bool is_swa = !config.swa_full && hp.sliding_window > 0 &&
+                                il < hp.layer_is_swa.size() && hp.layer_is_swa[il];
             (is_swa ? swa : full).layers.push_back(il);
         }
         for (KvGroupPlan* g : {&full, &swa}) {
@@ -327,8 +327,7 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
 }
 
 std::optional<KvDtype> kv_dtype_from_name(std::string_view s) {
-    std::string lower(s);
-    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    const std::string lower = ascii_lower(s);
     if (lower == "f16" || lower == "fp16" || lower == "auto" || lower == "float16")
         return KvDtype::F16;
     if (lower == "f32" || lower == "fp32" || lower == "float32") return KvDtype::F32;

@@ -1,4 +1,5 @@
 #include "memory/weight-estimate.h"
+#include "core/strings.h"
 
 #include <algorithm>
 #include <cctype>
@@ -14,9 +15,7 @@ constexpr uint64_t kGroupSize = 128;  // AWQ and GPTQ checkpoints as published (
 constexpr uint64_t kNf4Block = 64;    // bitsandbytes blocksize for 4-bit
 
 std::string lower(std::string_view s) {
-    std::string out(s);
-    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return out;
+    return ascii_lower(s);
 }
 
 bool contains(const std::string& s, std::string_view part) {

@@ -1,4 +1,5 @@
 #include "model/model-table.h"
+#include "core/strings.h"
 
 #include <cctype>
 #include <nlohmann/json.hpp>
@@ -9,9 +10,7 @@ namespace headroom {
 namespace {
 
 std::string lower(std::string_view s) {
-    std::string out(s);
-    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return out;
+    return ascii_lower(s);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "tokenizer/vocab.h"
 
+#include "core/strings.h"
+
 #include <algorithm>
 #include <bit>
 #include <cctype>
@@ -402,8 +404,7 @@ void Vocab::detect_special_tokens(const gguf::GgufFile& file) {
                      [&](int32_t a, int32_t b) { return tokens_[a].size > tokens_[b].size; });
 
     // Phi-3 strips the whitespace that follows its special tokens.
-    std::string model_name(file.get_string("general.name").value_or(""));
-    for (char& c : model_name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string model_name = ascii_lower(file.get_string("general.name").value_or(""));
     if (model_name.find("phi-3") != std::string::npos ||
         model_name.find("phi3") != std::string::npos) {
         for (int32_t id : special_ids_) tokens_[id].attrs |= attr::kRstrip;

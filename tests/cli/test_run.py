@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""`headroom run` on a tiny random model: stdout carries only the generated
+text (timings and the memory line go to stderr), greedy and seeded sampling
+repeat exactly, -f reads the prompt from a file, --chat answers on stdin, and
+a configuration that cannot fit is refused with the numbers."""
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from testlib import headroom_bin, fail_if  # noqa: E402
+
+tmp = tempfile.mkdtemp(prefix="headroom-run-")
+model = os.path.join(tmp, "tiny.gguf")
+subprocess.run([headroom_bin(), "synth", "tiny", model, "-q"], check=True)
+
+
+def run(*args, stdin=None):
+    return subprocess.run([headroom_bin(), "run", "-m", model, *args], capture_output=True, text=True,
+                          input=stdin, timeout=120)
+
+
+greedy = run("-p", "the cat", "-n", "12", "--temp", "0", "--ignore-eos")
+fail_if(greedy.returncode != 0, greedy.stderr)
+fail_if(not greedy.stdout, "no text on stdout")
+fail_if("tokens/s" in greedy.stdout or "memory:" in greedy.stdout, "timings leaked into stdout")
+fail_if("prompt:" not in greedy.stderr or "memory: weights" not in greedy.stderr, greedy.stderr)
+fail_if(run("-p", "the cat", "-n", "12", "--temp", "0", "--ignore-eos").stdout != greedy.stdout, "greedy differs")
+
+seeded = [run("-p", "the cat", "-n", "12", "--temp", "1", "--seed", str(s), "--ignore-eos").stdout for s in (7, 7, 8)]
+fail_if(seeded[0] != seeded[1], "same seed, different text")
+fail_if(seeded[0] == seeded[2], "different seeds gave the same 12 random tokens")
+
+prompt_file = os.path.join(tmp, "prompt.txt")
+open(prompt_file, "w").write("the cat")
+from_file = run("-f", prompt_file, "-n", "12", "--temp", "0", "--ignore-eos")
+fail_if(from_file.stdout != greedy.stdout, "-f and -p differ")
+
+quiet = run("-p", "the cat", "-n", "3", "--temp", "0", "-q")
+fail_if(quiet.stderr.strip(), f"-q still wrote: {quiet.stderr}")
+
+chat = run("--chat", "-n", "6", "--temp", "0", stdin="hello\nand again\n\n")
+fail_if(chat.returncode != 0, chat.stderr)
+fail_if(chat.stdout.count("\n") < 2, f"expected two replies: {chat.stdout!r}")
+
+refused = run("-p", "x", "--max-model-len", "100000", "--kv-cache-memory", "1MiB")
+lines = [l for l in refused.stderr.splitlines() if l.strip()]
+fail_if(refused.returncode != 1 or len(lines) != 1, refused.stderr)
+fail_if("KV for 100000 tokens needs" not in lines[0] or "--max-model-len" not in lines[0], lines[0])
+
+missing = run()
+fail_if(missing.returncode != 1 or "-p TEXT" not in missing.stderr, missing.stderr)
+print("ok")

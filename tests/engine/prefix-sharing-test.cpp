@@ -25,7 +25,8 @@ TEST(PrefixSharing, SecondRequestComputesOnlyItsSuffix) {
     Engine engine(runner, *lm.tokenizer, metrics);
 
     std::string prefix;
-    for (int i = 0; prefix.size() < 20000; ++i) prefix += " section " + std::to_string(i) + " of the shared manual;";
+    for (int i = 0; prefix.size() < 20000; ++i)
+        prefix += " section " + std::to_string(i) + " of the shared manual;";
     auto prefix_tokens = lm.tokenizer->encode(prefix, false, false);
     prefix_tokens.resize(1000);
     auto with_suffix = [&](const char* suffix) {
@@ -57,7 +58,8 @@ TEST(PrefixSharing, SecondRequestComputesOnlyItsSuffix) {
             engine.step();
             while (h->next(ev, std::chrono::milliseconds(0))) {
                 if (ev.token >= 0 && !first) {
-                    m.ttft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                    m.ttft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+                                   .count();
                     first = true;
                 }
             }
@@ -68,10 +70,12 @@ TEST(PrefixSharing, SecondRequestComputesOnlyItsSuffix) {
     };
     const Measured a = run_one(with_suffix(" Question one: what does section 3 say about safety?"));
     const Measured b = run_one(with_suffix(" Question two: summarize section 7 for a new reader."));
-    std::printf("request A: %zu prompt tokens, %llu computed, %u cached, first token after %.3f s\n", a.n_prompt,
-                static_cast<unsigned long long>(a.computed), a.cached, a.ttft_s);
-    std::printf("request B: %zu prompt tokens, %llu computed, %u cached, first token after %.3f s\n", b.n_prompt,
-                static_cast<unsigned long long>(b.computed), b.cached, b.ttft_s);
+    std::printf(
+        "request A: %zu prompt tokens, %llu computed, %u cached, first token after %.3f s\n",
+        a.n_prompt, static_cast<unsigned long long>(a.computed), a.cached, a.ttft_s);
+    std::printf(
+        "request B: %zu prompt tokens, %llu computed, %u cached, first token after %.3f s\n",
+        b.n_prompt, static_cast<unsigned long long>(b.computed), b.cached, b.ttft_s);
     EXPECT_EQ(a.computed, a.n_prompt);
     // 1000 shared tokens are 62 full blocks of 16 (992 tokens); B computes the rest.
     EXPECT_EQ(b.cached, 992u);

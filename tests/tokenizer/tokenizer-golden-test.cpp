@@ -34,7 +34,9 @@ std::string cached(const char* file) {
 TEST_P(TokenizerGolden, MatchesLlamaCpp) {
     const std::string path = cached(GetParam().file);
     if (!std::filesystem::exists(path))
-        GTEST_FAIL() << path << " is not fetched: run scripts/fetch-model.sh and scripts/fetch-reference-data.sh";
+        GTEST_FAIL()
+            << path
+            << " is not fetched: run scripts/fetch-model.sh and scripts/fetch-reference-data.sh";
     const auto file = gguf::GgufFile::open(path);
     const auto tok = Tokenizer::from_gguf(file);
     test::check_golden(*tok, GetParam().name);
@@ -44,7 +46,9 @@ TEST_P(TokenizerGolden, MatchesLlamaCpp) {
 TEST_P(TokenizerGolden, MemoryBytesMatchTheAllocator) {
     const std::string path = cached(GetParam().file);
     if (!std::filesystem::exists(path))
-        GTEST_FAIL() << path << " is not fetched: run scripts/fetch-model.sh and scripts/fetch-reference-data.sh";
+        GTEST_FAIL()
+            << path
+            << " is not fetched: run scripts/fetch-model.sh and scripts/fetch-reference-data.sh";
     const auto file = gguf::GgufFile::open(path);
     const auto in_use = [] {
         const struct mallinfo2 m = mallinfo2();
@@ -83,7 +87,9 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(TokenizerGoldenDefault, MatchesLlamaCpp) {
     const std::string path = cached("llama.cpp/vocab/ggml-vocab-gpt-2.gguf");
     if (!std::filesystem::exists(path))
-        GTEST_FAIL() << path << " is not fetched: run scripts/fetch-model.sh and scripts/fetch-reference-data.sh";
+        GTEST_FAIL()
+            << path
+            << " is not fetched: run scripts/fetch-model.sh and scripts/fetch-reference-data.sh";
     const auto original = gguf::GgufFile::open(path);
     gguf::GgufWriter w;
     w.copy_metadata(original, {"tokenizer.ggml.pre"});

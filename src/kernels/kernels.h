@@ -33,25 +33,36 @@ struct Matrix {
     uint64_t row_bytes = 0;
 };
 
+// How activations are quantized for the integer matmul kernels. Int8 is
+// llama.cpp's scheme (one int8 per element, a scale per block). Int16
+// carries 15 significant bits as two int8 halves, a = 256 * hi + lo, and
+// costs twice the multiply-adds; it keeps logits within ~3e-3 of an f32
+// forward pass where int8 moves them by up to ~0.7 (SmolLM2-135M).
+enum class ActQuant : uint8_t { Int8, Int16 };
+
 struct Context {
     ThreadPool* pool = nullptr;
     uint8_t* scratch = nullptr;  // n_threads × scratch_per_thread_bytes
     uint64_t scratch_per_thread_bytes = 0;
     uint8_t* acts_q = nullptr;  // quantized activations
     uint64_t acts_q_bytes = 0;
+    ActQuant act_quant = ActQuant::Int16;
     uint8_t* thread_scratch(int i) const {
         return scratch + scratch_per_thread_bytes * static_cast<uint64_t>(i);
     }
 };
 
 // Activations x (n_tokens, n) prepared for matmuls against weights of one
-// type: some kernels quantize x (to Q8_0, Q8_K...) into Context::acts_q.
+// type: the fast kernels quantize x into Context::acts_q (layouts in
+// kernels/act-format.h); the reference and the float-weight kernels read f32.
 struct Acts {
     const float* f32 = nullptr;  // (n_tokens, n)
     int64_t n_tokens = 0;
     int64_t n = 0;
-    TensorType q_type = TensorType::F32;  // F32: not quantized
-    const uint8_t* q = nullptr;           // (n_tokens, q_row_bytes)
+    TensorType w_type = TensorType::F32;  // the weights these were prepared for
+    bool quantized = false;
+    ActQuant quant = ActQuant::Int8;
+    const uint8_t* q = nullptr;  // (n_tokens, q_row_bytes)
     uint64_t q_row_bytes = 0;
 };
 
@@ -96,7 +107,23 @@ struct Ops {
     // (batch invariance).
     void (*matmul)(const Matrix& w, const Acts& x, float* y, const Context& ctx);
     // Flash-style attention over KV blocks: online softmax over tiles of keys.
+    // Each (token, head) is computed independently of the batch's other tokens.
     void (*attention)(const AttentionArgs& args, const Context& ctx);
+
+    // Elementwise ops, parallel over the pool; each output row depends only
+    // on its own input row.
+    // out[t] = x[t] / rms(x[t]) * (w + weight_offset); out may equal x.
+    void (*rmsnorm)(const float* x, const float* w, float weight_offset, float eps,
+                    int64_t n_tokens, int64_t n, float* out, const Context& ctx);
+    // Rotates x (n_tokens, n_head, head_dim) in place at each token's position.
+    void (*rope)(float* x, int64_t n_tokens, const uint32_t* positions, const RopeArgs& args,
+                 const Context& ctx);
+    // gate = silu(gate) * up (SwiGLU), n elements.
+    void (*silu_mul)(float* gate, const float* up, int64_t n, const Context& ctx);
+    // gate = gelu_tanh(gate) * up (GeGLU, Gemma), n elements.
+    void (*gelu_mul)(float* gate, const float* up, int64_t n, const Context& ctx);
+    // x += y, n elements.
+    void (*add)(float* x, const float* y, int64_t n, const Context& ctx);
 };
 
 // Best backend for this CPU (or HEADROOM_ISA).
@@ -106,18 +133,25 @@ const Ops& ref_ops();
 const Ops* avx2_ops();
 const Ops* avx512_ops();
 
-// ---- elementwise ops (reference implementations, fast enough: O(n)) ----
+// The activation quantization a new Context starts with: Int16 unless
+// HEADROOM_ACT_QUANT=int8 (or set_default_act_quant) says otherwise.
+ActQuant default_act_quant();
+void set_default_act_quant(ActQuant q);
 
-// out[t] = x[t] / rms(x[t]) * (w + weight_offset); out may equal x.
+// Bytes each pool thread needs in Context::scratch for any backend, for a
+// model whose matmul inputs are at most max_in wide, whose heads are at most
+// max_head wide, with `group` query heads per KV head.
+uint64_t thread_scratch_bytes(uint64_t max_in, uint64_t max_head, uint64_t group);
+// Bytes of Context::acts_q one token of n activations needs for any backend.
+uint64_t acts_row_bytes(uint64_t n);
+
+// ---- scalar elementwise ops (the reference implementations) ----
+
 void rmsnorm(const float* x, const float* w, float weight_offset, float eps, int64_t n_tokens,
              int64_t n, float* out);
-// Rotates x (n_tokens, n_head, head_dim) in place at each token's position.
 void rope(float* x, int64_t n_tokens, const uint32_t* positions, const RopeArgs& args);
-// gate = silu(gate) * up  (SwiGLU), n elements.
 void silu_mul(float* gate, const float* up, int64_t n);
-// gate = gelu_tanh(gate) * up  (GeGLU, Gemma).
 void gelu_mul(float* gate, const float* up, int64_t n);
-// x += y, n elements.
 void add(float* x, const float* y, int64_t n);
 // Stores one row (n floats) as `dtype` (K/V into the cache).
 void store_row(const float* x, int64_t n, KvDtype dtype, uint8_t* dst);

@@ -22,6 +22,7 @@ ForwardBuffers carve_buffers(const ActivationLayout& l, uint8_t* arena, ThreadPo
     buf.ctx.scratch_per_thread_bytes = l.scratch_per_thread_bytes;
     buf.ctx.acts_q = arena + l.acts_q.offset;
     buf.ctx.acts_q_bytes = l.acts_q.size_bytes;
+    buf.ctx.act_quant = kernels::default_act_quant();
     return buf;
 }
 
@@ -109,7 +110,8 @@ void Model::output_logits(const Batch& batch, const ForwardBuffers& buf, const k
         const float* src = buf.x + static_cast<size_t>(batch.logit_tokens[r]) * hp_.n_embd;
         std::copy(src, src + hp_.n_embd, buf.xb + static_cast<size_t>(r) * hp_.n_embd);
     }
-    kernels::rmsnorm(buf.xb, w_.output_norm, norm_offset, hp_.rms_eps, n_rows, hp_.n_embd, buf.xb);
+    ops.rmsnorm(buf.xb, w_.output_norm, norm_offset, hp_.rms_eps, n_rows, hp_.n_embd, buf.xb,
+                buf.ctx);
     const auto acts = ops.prepare(buf.xb, n_rows, hp_.n_embd, w_.output.type, buf.ctx);
     ops.matmul(w_.output, acts, buf.logits, buf.ctx);
 }

@@ -7,9 +7,14 @@
 
 namespace headroom::cli {
 
+void add_doctor_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
+void add_run_command(CLI::App& app);
+// `bench serve`, registered under the bench command.
+void add_bench_serve_subcommand(CLI::App& bench);
+void add_serve_command(CLI::App& app);
 
 }  // namespace headroom::cli

@@ -32,6 +32,9 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f, uint32_t default_num_seqs) 
     cmd->add_option("--kv-dtype", f.kv_dtype, "KV cache element type: f16, bf16, f32 or q8_0")
         ->capture_default_str();
     cmd->add_option("-t,--threads", f.threads, "Worker threads (default: physical cores)");
+    cmd->add_flag("--swa-full", f.swa_full,
+                  "Cache the whole context for sliding-window layers too (attention still uses the "
+                  "window): more memory, as engines without windowed KV need");
     cmd->add_flag("--enable-prefix-caching,!--no-prefix-caching", f.prefix_caching,
                   "Prefix caching (on by default): requests sharing a prompt prefix reuse its KV "
                   "blocks");
@@ -48,6 +51,7 @@ RunnerOptions runner_options(const EngineFlags& f, uint32_t default_num_seqs) {
     o.config.kv_dtype = *dtype;
     o.config.n_threads = static_cast<uint32_t>(f.threads > 0 ? f.threads : physical_core_count());
     o.prefix_caching = f.prefix_caching;
+    o.config.swa_full = f.swa_full;
     if (!f.kv_cache_memory.empty()) {
         o.budget.kv_cache_bytes = parse_bytes_or_throw(f.kv_cache_memory, "--kv-cache-memory");
         if (o.budget.kv_cache_bytes == 0) fail("--kv-cache-memory must be more than 0");

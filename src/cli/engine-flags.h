@@ -20,6 +20,7 @@ struct EngineFlags {
     std::string kv_dtype = "f16";
     int threads = 0;  // 0: physical cores
     bool prefix_caching = true;
+    bool swa_full = false;
 };
 
 // Registers the flags on `cmd`; `default_num_seqs` is shown as the default of --max-num-seqs.

@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine-flags.h"
+#include "cli/load-model.h"
 #include "core/error.h"
 #include "format/gguf-reader.h"
 #include "model/registry.h"
@@ -42,6 +43,7 @@ void add_eval_command(CLI::App& app) {
     struct Opts {
         EngineFlags engine;
         std::string tokens;
+        std::string text_file;
         std::string logits_out;
         uint32_t ctx = 0;
     };
@@ -51,15 +53,29 @@ void add_eval_command(CLI::App& app) {
         "Score a token sequence: perplexity over windows of --ctx tokens (the second half of "
         "each window is scored, as llama.cpp's perplexity tool does), and optionally dump logits");
     add_engine_flags(cmd, o->engine, 1);
-    cmd->add_option("--tokens", o->tokens, "Comma-separated token ids to score")->required();
+    auto* tok = cmd->add_option("--tokens", o->tokens, "Comma-separated token ids to score");
+    cmd->add_option("-f,--file", o->text_file,
+                    "Text file to score (tokenized with BOS as the model's metadata says)")
+        ->excludes(tok);
     cmd->add_option("--logits-out", o->logits_out,
                     "Write every position's logits here: float32, (n_tokens, n_vocab), row-major");
     cmd->add_option("--ctx", o->ctx, "Window size in tokens (default: all tokens in one window)");
     cmd->callback([o] {
-        const auto file = gguf::GgufFile::open(resolve_model_path(o->engine.model));
-        const auto model = Model::load(file);
-        const ModelDesc desc = describe_gguf(file);
-        const std::vector<int32_t> tokens = parse_token_list(o->tokens);
+        const LoadedModel lm = load_model(o->engine.model);
+        const Model* model = lm.model.get();
+        const ModelDesc& desc = lm.desc;
+        std::vector<int32_t> tokens;
+        if (!o->text_file.empty()) {
+            std::ifstream in(o->text_file, std::ios::binary);
+            if (!in) fail("-f {}: cannot read", o->text_file);
+            std::stringstream ss;
+            ss << in.rdbuf();
+            tokens = lm.tokenizer->encode(ss.str(), true, false);
+        } else if (!o->tokens.empty()) {
+            tokens = parse_token_list(o->tokens);
+        } else {
+            fail("eval: give --tokens IDS or -f FILE");
+        }
         if (tokens.size() < 2) fail("--tokens: need at least 2 tokens to score");
         const uint32_t n_vocab = model->hparams().n_vocab;
         for (int32_t t : tokens)

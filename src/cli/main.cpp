@@ -16,10 +16,16 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", HEADROOM_VERSION);
     app.require_subcommand(1);
     app.get_formatter()->column_width(36);
+    headroom::cli::add_run_command(app);
+    headroom::cli::add_doctor_command(app);
+    headroom::cli::add_serve_command(app);
     headroom::cli::add_inspect_command(app);
     headroom::cli::add_quantize_command(app);
     headroom::cli::add_synth_command(app);
     headroom::cli::add_eval_command(app);
+    auto* bench = app.add_subcommand("bench", "Benchmarks");
+    bench->require_subcommand(1);
+    headroom::cli::add_bench_serve_subcommand(*bench);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -34,7 +34,7 @@ Runner::Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& o
     ledger_.allocate(Term::Runtime, plan_.runtime_bytes());
 }
 
-const float* Runner::forward(const Batch& batch) {
+float* Runner::forward(const Batch& batch) {
     const auto n_tokens = static_cast<uint32_t>(batch.n_tokens());
     const auto n_rows = static_cast<uint32_t>(batch.logit_tokens.size());
     HR_CHECK(n_tokens <= plan_.activations.n_tokens && n_rows <= plan_.activations.n_logit_rows);

@@ -44,7 +44,7 @@ class Runner {
     // n_vocab), valid until the next call. Precondition: the batch fits the
     // arena (n_tokens <= max_num_batched_tokens, logit rows <= max_logit_rows)
     // and the cache has grown for its tokens.
-    const float* forward(const Batch& batch);
+    float* forward(const Batch& batch);
     float* sampler_scratch() const { return sampler_scratch_; }
 
     // Touches every page of the weights so they are resident before the

@@ -56,7 +56,7 @@ ActivationLayout plan_activations(const HParams& hp, uint32_t n_tokens, uint32_t
     a.scratch_per_thread_bytes = kernels::thread_scratch_bytes(
         max_in, max_head, hp.n_head_kv ? hp.n_head / hp.n_head_kv : 1);
     take(a.thread_scratch, a.scratch_per_thread_bytes * n_threads);
-    take(a.sampler, uint64_t{hp.n_vocab} * 8);
+    take(a.sampler, uint64_t{hp.n_vocab} * 16);
     a.total_bytes = at;
     return a;
 }

@@ -35,7 +35,7 @@ struct ActivationLayout {
     ArenaBuffer logits;          // (n_logit_rows, n_vocab)
     ArenaBuffer thread_scratch;  // n_threads × scratch_per_thread_bytes
     uint64_t scratch_per_thread_bytes = 0;
-    ArenaBuffer sampler;  // (n_vocab) index + prob pairs for top-k/top-p sorting
+    ArenaBuffer sampler;  // (n_vocab) × (prob, index, mark, raw logit) for sampling
     uint64_t total_bytes = 0;
 };
 

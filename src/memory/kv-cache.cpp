@@ -140,7 +140,6 @@ bool KvCache::grow(SeqKv& seq, uint32_t n_new) {
 uint32_t KvCache::attach_prefix(SeqKv& seq, std::span<const int32_t> prompt) {
     HR_CHECK(seq.n_tokens == 0);
     seq.tables.assign(pools_.size(), {});
-    prefix_stats_.query_tokens += prompt.size();
     if (!prefix_caching_ || prompt.size() < 2) return 0;
     const uint32_t max_blocks = static_cast<uint32_t>((prompt.size() - 1) / block_size_);
     // Hashes of the candidate blocks, and how far every full-attention group hits.
@@ -190,7 +189,6 @@ uint32_t KvCache::attach_prefix(SeqKv& seq, std::span<const int32_t> prompt) {
     seq.n_tokens = len;
     seq.n_published = n_hit;
     seq.last_hash = hashes[n_hit - 1];
-    prefix_stats_.hit_tokens += len;
     return len;
 }
 

@@ -84,6 +84,11 @@ class KvCache {
     // false (child unchanged) if no block is free for the copy.
     bool fork(const SeqKv& parent, SeqKv& child);
 
+    // Counts one admitted prompt: its length and the tokens attach_prefix found.
+    void count_prefix_query(uint64_t query_tokens, uint64_t hit_tokens) {
+        prefix_stats_.query_tokens += query_tokens;
+        prefix_stats_.hit_tokens += hit_tokens;
+    }
     const PrefixCacheStats& prefix_stats() const { return prefix_stats_; }
     bool prefix_caching() const { return prefix_caching_; }
 

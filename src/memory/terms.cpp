@@ -96,6 +96,15 @@ ModelDesc describe_gguf(const gguf::GgufFile& file) {
         for (auto s : merges->strings) text_bytes += s.size();
     }
     m.tokenizer_bytes = estimate_tokenizer_bytes(n_vocab, text_bytes, n_merges);
+    // Parsed index: a string view per array string, an entry per key and per
+    // tensor with their lookup-map nodes.
+    uint64_t n_array_strings = 0;
+    for (const auto& [key, value] : file.metadata())
+        if (const auto* a = std::get_if<gguf::Array>(&value.data))
+            n_array_strings += a->strings.size();
+    m.metadata_bytes = file.data_offset() + n_array_strings * sizeof(std::string_view) +
+                       file.metadata().size() * (sizeof(gguf::Value) + 96) +
+                       file.tensors().size() * (sizeof(gguf::TensorInfo) + 64);
     return m;
 }
 
@@ -119,7 +128,8 @@ std::vector<KvGroupPlan> kv_groups_for(const HParams& hp, const EngineConfig& co
         swa.window = hp.sliding_window;
         for (uint32_t il = 0; il < hp.n_layer; ++il) {
             const bool is_swa =
-                hp.sliding_window > 0 && il < hp.layer_is_swa.size() && hp.layer_is_swa[il];
+                !config.swa_full && hp.sliding_window > 0 && il < hp.layer_is_swa.size() &&
+                hp.layer_is_swa[il];
             (is_swa ? swa : full).layers.push_back(il);
         }
         for (KvGroupPlan* g : {&full, &swa}) {
@@ -170,6 +180,7 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
 
     p.runtime.thread_stacks_bytes = uint64_t{c.n_threads - 1} * ThreadPool::kWorkerStackBytes;
     p.runtime.tokenizer_bytes = model.tokenizer_bytes;
+    p.runtime.metadata_bytes = model.metadata_bytes;
     p.runtime.sequences_bytes = uint64_t{c.max_num_seqs} *
                                 (uint64_t{c.max_model_len} * 4 +
                                  p.kv_groups.size() * div_ceil(c.max_model_len, c.block_size) * 4);
@@ -180,7 +191,7 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
         demand_bytes += uint64_t{c.max_num_seqs} * g.max_blocks_per_seq * g.block_bytes;
     const uint64_t fixed_bytes = p.weights_bytes + p.activations_bytes() +
                                  p.runtime.thread_stacks_bytes + p.runtime.tokenizer_bytes +
-                                 p.runtime.sequences_bytes;
+                                 p.runtime.metadata_bytes + p.runtime.sequences_bytes;
     // Bytes the pool may take, counting each block's prefix-index entry.
     uint64_t pool_bytes = 0;
     if (budget.kv_cache_bytes > 0) {

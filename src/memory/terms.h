@@ -41,6 +41,9 @@ struct ModelDesc {
     bool weights_exact = false;  // from a tensor table, not an estimate
     std::string weight_type;     // dominant type, e.g. "Q4_1"
     uint64_t tokenizer_bytes = 0;
+    // The file's header as mapped (read while loading, so resident) plus the
+    // parsed metadata index (string views over every vocabulary entry...).
+    uint64_t metadata_bytes = 0;
     // Per transformer block, for planning layers kept on the CPU; the rest of
     // weight_bytes is embeddings, output and final norm.
     std::vector<uint64_t> layer_weight_bytes;
@@ -62,6 +65,9 @@ struct EngineConfig {
     KvDtype kv_dtype = KvDtype::F16;
     uint32_t block_size = 16;
     uint32_t n_threads = 1;
+    // Cache the whole context for sliding-window layers too (their attention
+    // still only looks at the window): what an engine without windowed KV pays.
+    bool swa_full = false;
 };
 
 // How much memory the engine may use.
@@ -89,10 +95,12 @@ struct KvGroupPlan {
 struct RuntimeBreakdown {
     uint64_t thread_stacks_bytes = 0;
     uint64_t tokenizer_bytes = 0;
+    uint64_t metadata_bytes = 0;      // the model file's header and its parsed index
     uint64_t sequences_bytes = 0;     // token lists and block tables of max_num_seqs sequences
     uint64_t prefix_index_bytes = 0;  // the prefix cache's hash index over all blocks
     uint64_t total() const {
-        return thread_stacks_bytes + tokenizer_bytes + sequences_bytes + prefix_index_bytes;
+        return thread_stacks_bytes + tokenizer_bytes + metadata_bytes + sequences_bytes +
+               prefix_index_bytes;
     }
 };
 

@@ -24,6 +24,7 @@ const std::vector<SynthShape>& synth_shapes() {
         {"tiny", "llama", 512, 256, 64, 2, 4, 2, 160, 10000.0f, false},
         {"tiny-tied", "llama", 512, 256, 64, 2, 4, 1, 160, 10000.0f, true},
         {"tiny-qwen2", "qwen2", 512, 256, 64, 2, 4, 2, 160, 1000000.0f, false},
+        {"tiny-gemma3", "gemma3", 512, 256, 64, 3, 4, 1, 160, 1000000.0f, true, 8, 3},
         {"smollm2-135m", "llama", 49152, 8192, 576, 30, 9, 3, 1536, 100000.0f, true},
         {"tinyllama-1.1b", "llama", 32000, 2048, 2048, 22, 32, 4, 5632, 10000.0f, false},
         {"llama-2-7b", "llama", 32000, 4096, 4096, 32, 32, 32, 11008, 10000.0f, false},
@@ -142,6 +143,11 @@ gguf::GgufWriter make_synth_model(const SynthShape& s, const SynthOptions& opt) 
     w.set_f32(a + ".rope.freq_base", s.rope_base);
     w.set_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
     w.set_u32(a + ".rope.dimension_count", s.n_embd / s.n_head);
+    if (s.sliding_window) {
+        w.set_u32(a + ".attention.sliding_window", s.sliding_window);
+        w.set_u32(a + ".attention.sliding_window_pattern", s.swa_pattern);
+        w.set_f32(a + ".rope.freq_base_swa", 10000.0f);
+    }
     w.set_u32(a + ".vocab_size", s.n_vocab);
 
     const SynthVocab vocab = make_vocab(s.n_vocab);
@@ -198,6 +204,12 @@ gguf::GgufWriter make_synth_model(const SynthShape& s, const SynthOptions& opt) 
             add(p + "attn_q.bias", {s.n_head * hd}, true);
             add(p + "attn_k.bias", {s.n_head_kv * hd}, true);
             add(p + "attn_v.bias", {s.n_head_kv * hd}, true);
+        }
+        if (s.arch == "gemma3") {
+            add(p + "attn_q_norm.weight", {hd}, true);
+            add(p + "attn_k_norm.weight", {hd}, true);
+            add(p + "post_attention_norm.weight", {s.n_embd}, true);
+            add(p + "post_ffw_norm.weight", {s.n_embd}, true);
         }
         add(p + "attn_output.weight", {s.n_head * hd, s.n_embd}, false);
         add(p + "ffn_norm.weight", {s.n_embd}, true);

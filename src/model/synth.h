@@ -19,10 +19,14 @@ class GgufWriter;
 
 struct SynthShape {
     std::string_view name;
-    std::string_view arch;  // "llama" or "qwen2"
+    std::string_view arch;  // "llama", "qwen2" or "gemma3"
     uint32_t n_vocab, n_ctx, n_embd, n_layer, n_head, n_head_kv, n_ff;
     float rope_base;
     bool tied_embeddings;
+    // gemma3 only: local layers attend over `sliding_window` tokens; every
+    // `swa_pattern`-th layer is global.
+    uint32_t sliding_window = 0;
+    uint32_t swa_pattern = 0;
 };
 
 const std::vector<SynthShape>& synth_shapes();

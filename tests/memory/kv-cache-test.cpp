@@ -112,8 +112,6 @@ TEST(KvCache, SecondSequenceAttachesTheCachedPrefix) {
     other[5] = 999;
     SeqKv d;
     EXPECT_EQ(cache.attach_prefix(d, other), 4u);
-    EXPECT_EQ(cache.prefix_stats().hit_tokens, 24u);
-    EXPECT_EQ(cache.prefix_stats().query_tokens, 13u + 13 + 12 + 13);
 
     // After a frees, its blocks stay cached: a later sequence still hits.
     const SeqKv* live[] = {&b, &c, &d};

@@ -2,8 +2,10 @@
 """headroom's forward pass against an independent numpy forward written here
 from the architectures' definitions, on tiny random models made by
 `headroom synth`: llama (GQA 2:1, normal RoPE), llama with tied embeddings
-and one KV head (MQA), and qwen2 (NeoX RoPE, q/k/v biases), each with f32
-and quantized weights (dequantized by the gguf package)."""
+and one KV head (MQA), qwen2 (NeoX RoPE, q/k/v biases) and gemma3 (an
+8-token sliding window on 2 of 3 layers, so the 37-token prompt crosses it;
+q/k norms, post norms, GELU), each with f32 and quantized weights
+(dequantized by the gguf package)."""
 import os
 import subprocess
 import sys
@@ -47,8 +49,14 @@ def rope(x, positions, base, neox):
     return out
 
 
+def gelu_tanh(g):
+    return 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
+
+
 def forward(meta, W, tokens):
     arch = meta["general.architecture"]
+    if arch == "gemma3":
+        return forward_gemma3(meta, W, tokens)
     n_layer = meta[f"{arch}.block_count"]
     n_head = meta[f"{arch}.attention.head_count"]
     n_kv = meta[f"{arch}.attention.head_count_kv"]
@@ -84,10 +92,52 @@ def forward(meta, W, tokens):
     return x @ out_w.T
 
 
+def forward_gemma3(meta, W, tokens):
+    """Gemma 3: embeddings × sqrt(n_embd); RMSNorm (the file's weights already
+    include Gemma's +1) before and after attention and FFN; per-head q/k norm;
+    NeoX RoPE with base 10000 on local layers; local layers see the last
+    `window` keys; GELU-tanh gate; tied output."""
+    n_layer = meta["gemma3.block_count"]
+    n_head = meta["gemma3.attention.head_count"]
+    n_kv = meta["gemma3.attention.head_count_kv"]
+    eps = meta["gemma3.attention.layer_norm_rms_epsilon"]
+    window = meta["gemma3.attention.sliding_window"]
+    pattern = meta["gemma3.attention.sliding_window_pattern"]
+    T = len(tokens)
+    x = W["token_embd.weight"][tokens] * np.sqrt(W["token_embd.weight"].shape[1])
+    d = W["blk.0.attn_q.weight"].shape[0] // n_head
+    pos = np.arange(T, dtype=np.float64)
+    i, j = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+    for il in range(n_layer):
+        p = f"blk.{il}."
+        local = (il + 1) % pattern != 0
+        base = meta["gemma3.rope.freq_base_swa"] if local else meta["gemma3.rope.freq_base"]
+        allowed = (j <= i) & ((j > i - window) if local else True)
+        mask = np.where(allowed, 0.0, -np.inf)
+        h = rms_norm(x, W[p + "attn_norm.weight"], eps)
+        q = rms_norm((h @ W[p + "attn_q.weight"].T).reshape(T, n_head, d), W[p + "attn_q_norm.weight"], eps)
+        k = rms_norm((h @ W[p + "attn_k.weight"].T).reshape(T, n_kv, d), W[p + "attn_k_norm.weight"], eps)
+        v = (h @ W[p + "attn_v.weight"].T).reshape(T, n_kv, d)
+        q, k = rope(q, pos, base, True), rope(k, pos, base, True)
+        out = np.zeros((T, n_head, d))
+        for hh in range(n_head):
+            kv = hh // (n_head // n_kv)
+            s = q[:, hh, :] @ k[:, kv, :].T / np.sqrt(d) + mask
+            s = np.exp(s - s.max(axis=1, keepdims=True))
+            out[:, hh, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, kv, :]
+        a = out.reshape(T, -1) @ W[p + "attn_output.weight"].T
+        x = x + rms_norm(a, W[p + "post_attention_norm.weight"], eps)
+        h = rms_norm(x, W[p + "ffn_norm.weight"], eps)
+        f = (gelu_tanh(h @ W[p + "ffn_gate.weight"].T) * (h @ W[p + "ffn_up.weight"].T)) @ W[p + "ffn_down.weight"].T
+        x = x + rms_norm(f, W[p + "post_ffw_norm.weight"], eps)
+    x = rms_norm(x, W["output_norm.weight"], eps)
+    return x @ W["token_embd.weight"].T
+
+
 tmp = tempfile.mkdtemp(prefix="headroom-forward-")
 rng = np.random.default_rng(5)
 n_checked = 0
-for shape in ["tiny", "tiny-tied", "tiny-qwen2"]:
+for shape in ["tiny", "tiny-tied", "tiny-qwen2", "tiny-gemma3"]:
     for wtype in ["f32", "q8_0", "q4_0", "q4_k", "f16"]:
         path = os.path.join(tmp, f"{shape}-{wtype}.gguf")
         subprocess.run([headroom_bin(), "synth", shape, path, "--type", wtype, "-q", "--seed", "3"], check=True)

@@ -1,0 +1,266 @@
+// headroom run: generate text on the CPU. stdout carries only the generated
+// text; progress, timings and the memory summary go to stderr.
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/engine-flags.h"
+#include "cli/load-model.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "engine/engine.h"
+#include "memory/report.h"
+#include "tokenizer/chat-template.h"
+
+namespace headroom::cli {
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+void on_sigint(int) {
+    g_interrupted.store(true);
+}
+
+struct RunOptions {
+    EngineFlags engine;
+    std::string prompt;
+    std::string prompt_file;
+    bool chat = false;
+    std::string system;
+    int32_t n_predict = -1;
+    float temperature = 0.8f;
+    int32_t top_k = 40;
+    float top_p = 0.95f;
+    float min_p = 0.05f;
+    float repeat_penalty = 1.0f;
+    float presence_penalty = 0.0f;
+    float frequency_penalty = 0.0f;
+    int64_t seed = -1;
+    std::vector<std::string> stop;
+    bool ignore_eos = false;
+    bool memory_report = false;
+    std::string memory_report_json;
+    bool quiet = false;
+};
+
+struct GenerationStats {
+    uint32_t n_prompt = 0;
+    uint32_t n_cached = 0;
+    uint32_t n_output = 0;
+    double prompt_s = 0;
+    double gen_s = 0;
+    FinishReason finish = FinishReason::None;
+};
+
+SamplingParams sampling_from(const RunOptions& o, uint32_t max_tokens) {
+    SamplingParams p;
+    p.temperature = o.temperature;
+    p.top_k = o.top_k;
+    p.top_p = o.top_p;
+    p.min_p = o.min_p;
+    p.repetition_penalty = o.repeat_penalty;
+    p.presence_penalty = o.presence_penalty;
+    p.frequency_penalty = o.frequency_penalty;
+    if (o.seed >= 0) p.seed = static_cast<uint64_t>(o.seed);
+    p.stop = o.stop;
+    p.ignore_eos = o.ignore_eos;
+    p.max_tokens = max_tokens;
+    return p;
+}
+
+// Runs one request to completion on this thread, printing text as it comes.
+// Returns the generated text.
+std::string generate(Engine& engine, std::vector<int32_t> prompt, const SamplingParams& params,
+                     GenerationStats& stats) {
+    using Clock = std::chrono::steady_clock;
+    std::string error;
+    GenerateRequest req;
+    req.prompt = std::move(prompt);
+    req.params = params;
+    const auto start = Clock::now();
+    auto r = engine.submit(std::move(req), &error);
+    if (!r) fail("{}", error);
+    std::string text;
+    Clock::time_point first_token{};
+    bool got_first = false;
+    bool cancelled = false;
+    while (true) {
+        if (g_interrupted.load() && !cancelled) {
+            engine.cancel(r->id());
+            cancelled = true;
+        }
+        engine.step();
+        TokenEvent ev;
+        bool done = false;
+        while (r->next(ev, std::chrono::milliseconds(0))) {
+            if (ev.token >= 0 && !got_first) {
+                first_token = Clock::now();
+                got_first = true;
+            }
+            if (!ev.text.empty()) {
+                std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
+                std::fflush(stdout);
+                text += ev.text;
+            }
+            if (ev.finish != FinishReason::None) {
+                stats.finish = ev.finish;
+                done = true;
+            }
+        }
+        if (done) break;
+    }
+    const auto end = Clock::now();
+    stats.n_prompt = r->n_prompt_tokens();
+    stats.n_cached = r->n_cached_tokens();
+    stats.n_output = r->n_output_tokens();
+    stats.prompt_s = got_first ? std::chrono::duration<double>(first_token - start).count() : 0;
+    stats.gen_s = got_first ? std::chrono::duration<double>(end - first_token).count() : 0;
+    return text;
+}
+
+void print_stats(const GenerationStats& s) {
+    const uint32_t computed = s.n_prompt - s.n_cached;
+    fmt::print(stderr,
+               "\nprompt: {} tokens{} in {:.2f}s ({:.1f} tokens/s) | generation: {} tokens in "
+               "{:.2f}s ({:.1f} tokens/s){}\n",
+               s.n_prompt, s.n_cached ? fmt::format(" ({} cached)", s.n_cached) : "", s.prompt_s,
+               s.prompt_s > 0 ? computed / s.prompt_s : 0.0, s.n_output, s.gen_s,
+               s.gen_s > 0 && s.n_output > 1 ? (s.n_output - 1) / s.gen_s : 0.0,
+               s.finish == FinishReason::Length  ? " [length limit]"
+               : s.finish == FinishReason::Abort ? " [interrupted]"
+                                                 : "");
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+    auto o = std::make_shared<RunOptions>();
+    auto* cmd = app.add_subcommand(
+        "run", "Generate text with a model on the CPU (stdout: only the generated text)");
+    add_engine_flags(cmd, o->engine, 1);
+    auto* p =
+        cmd->add_option("-p,--prompt", o->prompt,
+                        "Prompt, fed as raw text (BOS as the model's metadata says, special tokens "
+                        "like <|im_start|> recognised, no chat template)");
+    auto* f = cmd->add_option("-f,--file", o->prompt_file, "Read the raw prompt from a file")
+                  ->excludes(p);
+    cmd->add_flag("--chat", o->chat, "Interactive chat on stdin with the model's chat template")
+        ->excludes(p)
+        ->excludes(f);
+    cmd->add_option("--system", o->system, "System message for --chat");
+    cmd->add_option("-n,--n-predict", o->n_predict,
+                    "Tokens to generate (-1: until the model stops or the context is full)")
+        ->capture_default_str();
+    cmd->add_option("--temp,--temperature", o->temperature, "Temperature (0: greedy)")
+        ->capture_default_str();
+    cmd->add_option("--top-k", o->top_k, "Top-k (0: off)")->capture_default_str();
+    cmd->add_option("--top-p", o->top_p, "Top-p (1: off)")->capture_default_str();
+    cmd->add_option("--min-p", o->min_p, "Min-p (0: off)")->capture_default_str();
+    cmd->add_option("--repeat-penalty", o->repeat_penalty, "Repetition penalty (1: off)")
+        ->capture_default_str();
+    cmd->add_option("--presence-penalty", o->presence_penalty, "Presence penalty")
+        ->capture_default_str();
+    cmd->add_option("--frequency-penalty", o->frequency_penalty, "Frequency penalty")
+        ->capture_default_str();
+    cmd->add_option("-s,--seed", o->seed, "Random seed (-1: random)")->capture_default_str();
+    cmd->add_option("--stop", o->stop, "Stop string (repeatable); not included in the output");
+    cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");
+    cmd->add_flag("--memory-report", o->memory_report,
+                  "Print the memory report (predicted vs ledger vs RSS) to stderr");
+    cmd->add_option("--memory-report-json", o->memory_report_json,
+                    "Write the memory report as JSON to this file");
+    cmd->add_flag("-q,--quiet", o->quiet, "No loading progress or timings on stderr");
+    cmd->callback([o] {
+        ProcessMemory process;
+        process.rss_start_bytes = current_rss_bytes();
+        if (o->prompt.empty() && o->prompt_file.empty() && !o->chat)
+            fail("run: give a prompt with -p TEXT or -f FILE, or use --chat");
+        if (!o->prompt_file.empty()) {
+            std::ifstream in(o->prompt_file, std::ios::binary);
+            if (!in) fail("-f {}: cannot read", o->prompt_file);
+            std::stringstream ss;
+            ss << in.rdbuf();
+            o->prompt = ss.str();
+        }
+        LoadedModel lm = load_model(o->engine.model);
+        RunnerOptions ro = runner_options(o->engine, 1);
+        Ledger ledger;
+        Runner runner(*lm.model, lm.desc, ro, ledger);
+        Runner::prefault_weights(*lm.model, !o->quiet);
+        EngineMetrics metrics;
+        Engine engine(runner, *lm.tokenizer, metrics);
+        const uint32_t max_len = runner.plan().config.max_model_len;
+        std::signal(SIGINT, on_sigint);
+
+        auto max_tokens_for = [&](size_t n_prompt) -> uint32_t {
+            const uint32_t room =
+                n_prompt < max_len ? max_len - static_cast<uint32_t>(n_prompt) : 0;
+            return o->n_predict < 0 ? room
+                                    : std::min<uint32_t>(room, static_cast<uint32_t>(o->n_predict));
+        };
+        if (!o->chat) {
+            auto tokens = lm.tokenizer->encode(o->prompt, true, true);
+            GenerationStats stats;
+            generate(engine, tokens,
+                     sampling_from(*o, std::max<uint32_t>(1, max_tokens_for(tokens.size()))),
+                     stats);
+            if (!o->quiet) print_stats(stats);
+        } else {
+            const ChatTemplate tmpl = ChatTemplate::from_gguf(*lm.file);
+            if (!o->quiet)
+                fmt::print(stderr, "chat ({} template); empty line or Ctrl-D to quit\n",
+                           tmpl.source());
+            std::vector<ChatMessage> messages;
+            if (!o->system.empty()) messages.push_back({"system", o->system});
+            std::string line;
+            while (true) {
+                fmt::print(stderr, "> ");
+                std::fflush(stderr);
+                if (!std::getline(std::cin, line) || line.empty()) break;
+                messages.push_back({"user", line});
+                const std::string text = tmpl.apply(messages, true);
+                // The template writes BOS itself where the model wants it.
+                auto tokens = lm.tokenizer->encode(text, false, true);
+                if (tokens.size() + 1 >= max_len) {
+                    fmt::print(stderr,
+                               "the conversation has {} tokens, max_model_len is {}: start over\n",
+                               tokens.size(), max_len);
+                    messages.clear();
+                    continue;
+                }
+                GenerationStats stats;
+                g_interrupted.store(false);
+                const std::string reply = generate(
+                    engine, tokens, sampling_from(*o, max_tokens_for(tokens.size())), stats);
+                fmt::print("\n");
+                std::fflush(stdout);
+                if (!o->quiet) print_stats(stats);
+                messages.push_back({"assistant", reply});
+            }
+        }
+        process.rss_bytes = current_rss_bytes();
+        const LedgerSnapshot snap = ledger.snapshot();
+        if (!o->quiet)
+            fmt::print(stderr, "{}\n",
+                       memory_summary_line(runner.plan(), snap, runner.cache(), process));
+        if (o->memory_report)
+            fmt::print(stderr, "{}",
+                       memory_report_table(runner.plan(), snap, runner.cache(), process));
+        if (!o->memory_report_json.empty()) {
+            std::ofstream out(o->memory_report_json);
+            if (!out) fail("--memory-report-json {}: cannot write", o->memory_report_json);
+            out << memory_report_json(runner.plan(), snap, runner.cache(), process).dump(2) << "\n";
+        }
+    });
+}
+
+}  // namespace headroom::cli

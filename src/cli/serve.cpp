@@ -1,0 +1,224 @@
+// headroom serve: the OpenAI-compatible HTTP server (src/server/).
+//
+// Order of start-up: bind and answer /health with 503 while the model loads
+// (with a progress bar on stderr), then start the engine thread and answer
+// everything. SIGINT and SIGTERM are taken by one thread (sigwait) so no
+// handler runs in signal context: the first one stops accepting, lets
+// in-flight requests finish for up to --shutdown-timeout and aborts the
+// rest; a second one aborts at once. Either way the process exits 0.
+#include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/engine-flags.h"
+#include "cli/load-model.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "engine/engine.h"
+#include "memory/report.h"
+#include "server/http-server.h"
+#include "tokenizer/chat-template.h"
+
+namespace headroom::cli {
+
+namespace {
+
+struct ServeOptions {
+    EngineFlags engine;
+    server::ServeConfig server;
+    std::string served_model_name;
+    std::string max_body = "1MiB";
+    double shutdown_timeout_s = 30;
+    bool quiet = false;
+};
+
+// Waits for SIGINT/SIGTERM on a thread of its own. The signals must be
+// blocked in every thread, so this is built before any other thread starts.
+class SignalWaiter {
+  public:
+    SignalWaiter() {
+        sigemptyset(&set_);
+        sigaddset(&set_, SIGINT);
+        sigaddset(&set_, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+        std::thread([this] { wait_loop(); }).detach();
+    }
+    void set_loading(bool loading) {
+        std::lock_guard lk(mu_);
+        loading_ = loading;
+    }
+    void wait(int n) {
+        std::unique_lock lk(mu_);
+        cv_.wait(lk, [&] { return n_signals_ >= n; });
+    }
+    // Waits up to `timeout` for at least `n` signals; true if they came.
+    bool wait_for(int n, std::chrono::milliseconds timeout) {
+        std::unique_lock lk(mu_);
+        return cv_.wait_for(lk, timeout, [&] { return n_signals_ >= n; });
+    }
+
+  private:
+    void wait_loop() {
+        for (;;) {
+            int sig = 0;
+            if (sigwait(&set_, &sig) != 0) continue;
+            std::lock_guard lk(mu_);
+            if (loading_) {
+                // Nothing is in flight yet: stop right here.
+                fmt::print(stderr, "\nheadroom serve: {} while loading, exiting\n",
+                           sig == SIGINT ? "interrupted" : "terminated");
+                std::_Exit(0);
+            }
+            ++n_signals_;
+            cv_.notify_all();
+        }
+    }
+
+    sigset_t set_{};
+    std::mutex mu_;
+    std::condition_variable cv_;
+    int n_signals_ = 0;
+    bool loading_ = true;
+};
+
+bool is_loopback(const std::string& host) {
+    return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+std::string default_model_name(const std::string& model) {
+    if (model.find('/') == std::string::npos && !model.ends_with(".gguf")) return model;
+    return std::filesystem::path(model).stem().string();
+}
+
+int64_t unix_time_s() {
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+void serve(ServeOptions& o) {
+    server::ServeConfig& sc = o.server;
+    sc.max_body_bytes = parse_bytes_or_throw(o.max_body, "--max-body");
+    if (sc.max_body_bytes == 0) fail("--max-body must be more than 0");
+    if (sc.max_queued == 0) fail("--max-queued must be at least 1");
+    if (sc.port < 0 || sc.port > 65535) fail("--port {}: expected 0 to 65535", sc.port);
+    if (!(o.shutdown_timeout_s >= 0)) fail("--shutdown-timeout must be at least 0");
+    if (sc.api_key.empty())
+        if (const char* key = std::getenv("HEADROOM_API_KEY")) sc.api_key = key;
+    sc.log_requests = !o.quiet;
+    const std::string name =
+        o.served_model_name.empty() ? default_model_name(o.engine.model) : o.served_model_name;
+
+    // Never destroyed: its thread waits for signals until the process ends.
+    SignalWaiter& signals = *new SignalWaiter;
+    ProcessMemory process;
+    process.rss_start_bytes = current_rss_bytes();
+    if (!is_loopback(sc.host) && sc.api_key.empty())
+        fmt::print(stderr,
+                   "warning: serving on {} without --api-key: anyone who can reach this port can "
+                   "use the model\n",
+                   sc.host);
+    server::HttpServer http(sc);
+    http.start();
+    fmt::print(stderr, "headroom serve: listening on http://{}:{} (loading {})\n", sc.host,
+               http.port(), o.engine.model);
+
+    LoadedModel lm = load_model(o.engine.model);
+    const RunnerOptions ro = runner_options(o.engine, 32);
+    Ledger ledger;
+    Runner runner(*lm.model, lm.desc, ro, ledger);
+    Runner::prefault_weights(*lm.model, !o.quiet);
+    const ChatTemplate chat_template = ChatTemplate::from_gguf(*lm.file);
+    EngineMetrics metrics;
+    Engine engine(runner, *lm.tokenizer, metrics);
+
+    server::ServedModel served;
+    served.name = name;
+    served.engine = &engine;
+    served.metrics = &metrics;
+    served.tokenizer = lm.tokenizer.get();
+    served.chat_template = &chat_template;
+    served.ledger = &ledger;
+    served.max_model_len = runner.plan().config.max_model_len;
+    served.created_s = unix_time_s();
+    served.rss_start_bytes = process.rss_start_bytes;
+    process.rss_bytes = current_rss_bytes();
+    // Taken before the engine thread starts: the only time the KV pool may
+    // be read from this thread.
+    served.memory_report =
+        memory_report_json(runner.plan(), ledger.snapshot(), runner.cache(), process);
+    const std::string summary =
+        memory_summary_line(runner.plan(), ledger.snapshot(), runner.cache(), process);
+
+    signals.set_loading(false);
+    engine.start();
+    http.set_ready(&served);
+    const auto& c = runner.plan().config;
+    fmt::print(stderr,
+               "headroom serve: ready: model '{}' ({} chat template), max_model_len {}, "
+               "max_num_seqs {}, {} KV blocks\n{}\n",
+               name, chat_template.source(), c.max_model_len, c.max_num_seqs,
+               runner.cache().n_blocks_total(), summary);
+
+    signals.wait(1);
+    const auto timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000));
+    fmt::print(stderr,
+               "headroom serve: shutting down: no new connections; {} requests in flight get up "
+               "to {:g}s to finish (signal again to abort them)\n",
+               engine.n_active(), o.shutdown_timeout_s);
+    http.stop_accepting();
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (engine.n_active() > 0 && std::chrono::steady_clock::now() < deadline &&
+           !signals.wait_for(2, std::chrono::milliseconds(50))) {
+    }
+    auto& n_aborts = metrics.finished[static_cast<size_t>(FinishReason::Abort)];
+    const uint64_t n_aborts_before = n_aborts.load();
+    engine.shutdown(std::chrono::milliseconds(0));  // aborts what is left
+    const uint64_t n_aborted = n_aborts.load() - n_aborts_before;
+    http.join();
+    fmt::print(stderr, "headroom serve: stopped{}\n",
+               n_aborted ? fmt::format(" ({} requests aborted)", n_aborted) : "");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+    auto o = std::make_shared<ServeOptions>();
+    auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+    add_engine_flags(cmd, o->engine, 32);
+    cmd->add_option("--host", o->server.host, "Address to listen on (loopback by default)")
+        ->capture_default_str();
+    cmd->add_option("--port", o->server.port, "Port (0: any free port, printed at start-up)")
+        ->capture_default_str();
+    cmd->add_option("--api-key", o->server.api_key,
+                    "Require 'Authorization: Bearer KEY' on /v1/* (default: $HEADROOM_API_KEY)");
+    cmd->add_option("--served-model-name", o->served_model_name,
+                    "Model id in /v1/models and requests (default: the -m name or file stem)");
+    cmd->add_option("--max-body", o->max_body, "Largest request body; larger ones get 413")
+        ->capture_default_str();
+    cmd->add_option("--max-queued", o->server.max_queued,
+                    "Most requests waiting or running; more get 503 with Retry-After")
+        ->capture_default_str();
+    cmd->add_option("--http-threads", o->server.n_http_threads,
+                    "HTTP worker threads (default: --max-queued + 32)");
+    cmd->add_flag("--truncate-history", o->server.truncate_history,
+                  "Drop the oldest non-system turns of a chat that does not fit max_model_len "
+                  "instead of answering 400");
+    cmd->add_option("--shutdown-timeout", o->shutdown_timeout_s,
+                    "Seconds in-flight requests get to finish after SIGINT/SIGTERM")
+        ->capture_default_str();
+    cmd->add_flag("-q,--quiet", o->quiet, "No loading progress and no request log on stderr");
+    cmd->callback([o] { serve(*o); });
+}
+
+}  // namespace headroom::cli

@@ -1,0 +1,385 @@
+// Numbers, class and cause of one failure.
+//
+// The derived numbers follow the allocator's own accounting:
+//   this process   = "this process has M in use" (2.1+), else the listed
+//                    process that holds at least PyTorch's reservation (a
+//                    container hides the PID), else PyTorch's reservation
+//   other processes = total - free - this process
+//   reserved unallocated = U (2.1+), R - A (pre-2.1), the "cached" amount (oldest)
+//   deficit        = requested - (free + reserved unallocated)
+//
+// The class is decided in the order a person reading the message would:
+// what the engine says it was doing first (its own wording, then the phase),
+// then what the numbers rule out. A single request larger than the device
+// is a tensor too big for any setting; other processes holding a large share
+// of the device come before fragmentation, because freeing them is the
+// cheaper fix; a request that free plus cached memory would have covered is
+// fragmentation only when those bytes are a real share of the device.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/units.h"
+#include "doctor/advisor.h"
+
+namespace headroom::doctor {
+
+namespace {
+
+uint64_t sat_sub(uint64_t a, uint64_t b) {
+    return a > b ? a - b : 0;
+}
+
+bool is_torch(Wording w) {
+    return w == Wording::TorchPre21 || w == Wording::TorchCached || w == Wording::Torch21 ||
+           w == Wording::TorchBare || w == Wording::TorchMps;
+}
+
+bool is_ggml(Wording w) {
+    switch (w) {
+        case Wording::GgmlDeviceMallocFailed:
+        case Wording::GgmlBufferFailed:
+        case Wording::GgmlHostBufferFailed:
+        case Wording::GgmlMetalBufferFailed:
+        case Wording::GgmlModelLoadFailed:
+        case Wording::GgmlKvFailed:
+        case Wording::GgmlComputeFailed:
+        case Wording::MetalOutOfMemory:
+            return true;
+        default:
+            return false;
+    }
+}
+
+std::string b(uint64_t n) {
+    return bytes_text(n);
+}
+
+std::string b(const std::optional<uint64_t>& n) {
+    return n ? bytes_text(*n) : std::string("?");
+}
+
+// Share of the device other processes must hold before they are the cause.
+// Without "this process has" the remainder also holds this process's CUDA
+// context and libraries (0.3-1.5 GiB), hence the higher bar.
+bool others_dominate(const Finding& f, bool exact_this_process) {
+    if (!f.other_processes_bytes || !f.total_bytes) return false;
+    const uint64_t others = *f.other_processes_bytes, total = *f.total_bytes;
+    const uint64_t bar = exact_this_process ? std::max<uint64_t>(GiB, total / 10)
+                                            : std::max<uint64_t>(2 * GiB, total / 5);
+    if (others < bar) return false;
+    // Freeing them must be enough for the request.
+    if (f.requested_bytes && f.free_bytes) {
+        const uint64_t could_have =
+            *f.free_bytes + f.reserved_unallocated_bytes.value_or(0) + others;
+        return *f.requested_bytes <= could_have;
+    }
+    return true;
+}
+
+// The request would have fitted in free plus cached memory, and those bytes
+// matter: a real share of the device, or a cache at least as large as the
+// request. A few MiB of slack on a full GPU is not fragmentation.
+bool fragmented(const Finding& f) {
+    if (!f.requested_bytes || !f.free_bytes) return false;
+    const uint64_t cached = f.reserved_unallocated_bytes.value_or(0);
+    const uint64_t usable = *f.free_bytes + cached;
+    if (usable < *f.requested_bytes) return false;
+    const uint64_t share = std::max<uint64_t>(256 * MiB, f.total_bytes ? *f.total_bytes / 20 : 0);
+    return usable >= share || cached >= std::max<uint64_t>(256 * MiB, *f.requested_bytes);
+}
+
+// vLLM and SGLang size the KV cache from what the memory fraction leaves
+// after the weights; when the weights alone exceed that, no setting helps.
+bool weights_exceed_budget(const Finding& f, const Evidence& e) {
+    const auto& c = e.context;
+    if (!c.weights_bytes || !f.total_bytes) return false;
+    const double fraction = c.utilization.value_or(0.9);
+    return static_cast<double>(*c.weights_bytes) >= fraction * static_cast<double>(*f.total_bytes);
+}
+
+OomClass by_phase(Phase p) {
+    switch (p) {
+        case Phase::Weights:
+            return OomClass::WeightsTooLarge;
+        case Phase::KvCache:
+            return OomClass::KvCacheTooLarge;
+        case Phase::Compute:
+        case Phase::Profiling:
+        case Phase::SamplerWarmup:
+        case Phase::CudaGraph:
+            return OomClass::ActivationsOrBatch;
+        case Phase::Unknown:
+            break;
+    }
+    return OomClass::Unrecognised;
+}
+
+std::string_view phase_words(Phase p) {
+    switch (p) {
+        case Phase::Weights:
+            return "while loading the weights";
+        case Phase::KvCache:
+            return "while allocating the KV cache";
+        case Phase::Compute:
+            return "for the compute buffers";
+        case Phase::Profiling:
+            return "while profiling a forward pass";
+        case Phase::SamplerWarmup:
+            return "while warming up the sampler";
+        case Phase::CudaGraph:
+            return "while capturing CUDA graphs";
+        case Phase::Unknown:
+            break;
+    }
+    return "";
+}
+
+}  // namespace
+
+void derive_numbers(Finding& f, const Evidence& e) {
+    const Numbers& n = e.numbers;
+    f.requested_bytes = n.requested;
+    f.total_bytes = n.total;
+    if (!e.host_memory && !f.total_bytes) {
+        f.total_bytes = e.context.device_total_bytes;
+        if (!f.total_bytes && e.options && e.options->device_memory_bytes)
+            f.total_bytes = e.options->device_memory_bytes;
+    }
+    f.free_bytes = n.free;
+    f.reserved_unallocated_bytes = n.unallocated;
+    if (n.this_process)
+        f.this_process_bytes = n.this_process;
+    else if (n.largest_other_process && n.reserved && *n.largest_other_process >= *n.reserved)
+        f.this_process_bytes = n.largest_other_process;
+    else
+        f.this_process_bytes = n.reserved;
+
+    if (e.wording == Wording::TorchMps) {
+        // MPS's "other allocations" are this process's too, and its free is
+        // derived from the same numbers: nothing is known about others.
+    } else if (e.wording == Wording::VllmFreeMemoryStartup) {
+        // At start-up the engine holds nothing yet: the rest is someone else's.
+        if (f.total_bytes && f.free_bytes)
+            f.other_processes_bytes = sat_sub(*f.total_bytes, *f.free_bytes);
+    } else if (f.total_bytes && f.free_bytes && f.this_process_bytes) {
+        f.other_processes_bytes =
+            sat_sub(sat_sub(*f.total_bytes, *f.free_bytes), *f.this_process_bytes);
+    }
+
+    f.max_model_len_tokens = n.max_model_len;
+    f.kv_cache_tokens = n.kv_tokens;
+    f.estimated_max_len_tokens = n.estimated_max_len;
+    f.prefill_tokens = n.prefill_tokens;
+    f.total_tokens = n.total_tokens;
+    f.n_sequences = n.n_sequences;
+
+    // With the model's KV bytes per token, token counts become bytes.
+    const auto* m = e.options && e.options->model ? &*e.options->model : nullptr;
+    if (m && m->kv_bytes_per_token && e.wording == Wording::VllmMaxSeqLen && n.max_model_len &&
+        n.kv_tokens) {
+        f.requested_bytes = *n.max_model_len * m->kv_bytes_per_token;
+        f.free_bytes = *n.kv_tokens * m->kv_bytes_per_token;
+    }
+
+    if (f.requested_bytes && f.free_bytes) {
+        const auto usable = static_cast<int64_t>(*f.free_bytes) +
+                            static_cast<int64_t>(f.reserved_unallocated_bytes.value_or(0));
+        f.deficit_bytes = static_cast<int64_t>(*f.requested_bytes) - usable;
+    }
+}
+
+OomClass classify(const Finding& f, const Evidence& e) {
+    const Numbers& n = e.numbers;
+    switch (e.wording) {
+        case Wording::NotOom:
+            return OomClass::NotOom;
+        case Wording::Unknown:
+            return OomClass::Unrecognised;
+        case Wording::VllmMaxSeqLen:
+        case Wording::VllmServeOneRequest:
+        case Wording::TgiTotalTokens:
+            return OomClass::KvCacheTooLarge;
+        case Wording::VllmSamplerWarmup:
+        case Wording::TgiPrefill:
+            return OomClass::ActivationsOrBatch;
+        case Wording::BnbDispatchedToCpu:
+            return OomClass::WeightsTooLarge;
+        case Wording::VllmFreeMemoryStartup: {
+            const bool crowded =
+                f.other_processes_bytes && f.total_bytes &&
+                *f.other_processes_bytes >= std::max<uint64_t>(2 * GiB, *f.total_bytes / 4);
+            return crowded ? OomClass::OtherProcess : OomClass::UtilizationSetting;
+        }
+        case Wording::VllmNoCacheBlocks:
+        case Wording::SglangNotEnoughMemory:
+            return weights_exceed_budget(f, e) ? OomClass::WeightsTooLarge
+                                               : OomClass::UtilizationSetting;
+        default:
+            break;
+    }
+    if (e.host_memory) return OomClass::CpuRam;
+
+    if (is_torch(e.wording)) {
+        // set_per_process_memory_fraction caps PyTorch below the device.
+        if (n.allowed && f.total_bytes && e.wording != Wording::TorchMps &&
+            static_cast<double>(*n.allowed) < 0.95 * static_cast<double>(*f.total_bytes) &&
+            f.requested_bytes && f.this_process_bytes.value_or(0) + *f.requested_bytes > *n.allowed)
+            return OomClass::UtilizationSetting;
+        if (f.requested_bytes && f.total_bytes && *f.requested_bytes > *f.total_bytes)
+            return e.phase == Phase::Weights ? OomClass::WeightsTooLarge
+                                             : OomClass::ActivationsOrBatch;
+        if (others_dominate(f, n.this_process.has_value())) return OomClass::OtherProcess;
+        if (fragmented(f)) return OomClass::Fragmentation;
+    }
+    if (const OomClass c = by_phase(e.phase); c != OomClass::Unrecognised) return c;
+
+    const auto* m = e.options && e.options->model ? &*e.options->model : nullptr;
+    if (m && f.total_bytes &&
+        static_cast<double>(m->weight_bytes) >= 0.9 * static_cast<double>(*f.total_bytes))
+        return OomClass::WeightsTooLarge;
+    if (is_ggml(e.wording) && e.context.kv_bytes && e.context.weights_bytes)
+        return *e.context.kv_bytes >= *e.context.weights_bytes ? OomClass::KvCacheTooLarge
+                                                               : OomClass::WeightsTooLarge;
+    // The process holds the device and one more tensor did not fit.
+    if (is_torch(e.wording) && f.requested_bytes && (f.this_process_bytes || n.allocated))
+        return OomClass::ActivationsOrBatch;
+    return OomClass::Unrecognised;
+}
+
+std::string describe_cause(const Finding& f, const Evidence& e) {
+    const Numbers& n = e.numbers;
+    const auto phase = phase_words(f.phase);
+    const std::string where = phase.empty() ? std::string() : fmt::format(" {}", phase);
+    switch (f.oom_class) {
+        case OomClass::NotOom:
+            return "Not an out-of-memory error: this is a fault in a GPU kernel or driver, and "
+                   "memory settings will not fix it.";
+        case OomClass::Unrecognised:
+            if (e.wording == Wording::Unknown)
+                return "An out-of-memory error in a wording doctor does not know; its cause "
+                       "cannot be read from it.";
+            return fmt::format(
+                "Out of memory{}{}, but the message does not say how much was needed or what "
+                "held the memory.",
+                f.requested_bytes ? fmt::format(" allocating {}", b(f.requested_bytes))
+                                  : std::string(),
+                where);
+        case OomClass::CpuRam:
+            if (e.wording == Wording::OllamaSystemMemory)
+                return fmt::format("Host RAM: the model needs {} but only {} is available.",
+                                   b(f.requested_bytes), b(f.free_bytes));
+            if (e.wording == Wording::LinuxOomKiller || e.wording == Wording::CgroupOomKiller)
+                return fmt::format(
+                    "Host RAM: the kernel killed the process{} when it held {}.",
+                    e.wording == Wording::CgroupOomKiller ? " at its container's memory limit" : "",
+                    b(f.this_process_bytes));
+            if (e.wording == Wording::OomKilled)
+                return "Host RAM: the container was killed at its memory limit (OOMKilled).";
+            return fmt::format("Host RAM ran out{}{}.",
+                               f.requested_bytes
+                                   ? fmt::format(" allocating {}", b(f.requested_bytes))
+                                   : std::string(),
+                               where);
+        case OomClass::WeightsTooLarge:
+            if (e.wording == Wording::BnbDispatchedToCpu)
+                return "The quantized model does not fit in GPU memory: accelerate placed some "
+                       "layers on the CPU or disk, which bitsandbytes refuses.";
+            if (e.wording == Wording::VllmNoCacheBlocks ||
+                e.wording == Wording::SglangNotEnoughMemory)
+                return fmt::format(
+                    "The weights ({}) take more than the engine's share of the {} GPU, so "
+                    "nothing is left for the KV cache.",
+                    b(e.context.weights_bytes), b(f.total_bytes));
+            return fmt::format("The model's weights do not fit: {} could not be allocated{}.",
+                               b(f.requested_bytes), where.empty() ? "" : where);
+        case OomClass::KvCacheTooLarge:
+            if (e.wording == Wording::VllmMaxSeqLen)
+                return fmt::format(
+                    "The KV cache left after the weights holds {} tokens, fewer than one "
+                    "request of the max model length ({} tokens).",
+                    format_count(n.kv_tokens.value_or(0)),
+                    format_count(n.max_model_len.value_or(0)));
+            if (e.wording == Wording::VllmServeOneRequest)
+                return fmt::format(
+                    "One request of {} tokens needs {} of KV cache; only {} is available{}.",
+                    format_count(n.max_model_len.value_or(0)), b(f.requested_bytes),
+                    b(f.free_bytes),
+                    n.estimated_max_len
+                        ? fmt::format(" (enough for {} tokens)", format_count(*n.estimated_max_len))
+                        : "");
+            if (e.wording == Wording::TgiTotalTokens)
+                return fmt::format(
+                    "The KV cache cannot hold {} tokens in flight (--max-batch-total-tokens).",
+                    format_count(n.total_tokens.value_or(0)));
+            return fmt::format("The KV cache does not fit{}.",
+                               f.requested_bytes
+                                   ? fmt::format(": {} was asked for", b(f.requested_bytes))
+                                   : std::string());
+        case OomClass::ActivationsOrBatch:
+            if (e.wording == Wording::TgiPrefill)
+                return fmt::format(
+                    "Warm-up could not run a prefill batch of {} tokens after the weights and "
+                    "KV cache took their share.",
+                    format_count(n.prefill_tokens.value_or(0)));
+            if (f.phase == Phase::SamplerWarmup)
+                return fmt::format("Warming up the sampler for {} sequences ran out of memory.",
+                                   n.n_sequences ? format_count(*n.n_sequences) : "max_num_seqs");
+            if (f.phase == Phase::CudaGraph)
+                return "Capturing CUDA graphs ran out of memory: the graphs need memory the KV "
+                       "cache and weights already took.";
+            if (f.requested_bytes && f.total_bytes && *f.requested_bytes > *f.total_bytes)
+                return fmt::format(
+                    "One {} tensor is larger than the whole {} GPU: the batch, sequence or "
+                    "image size makes a single buffer too big.",
+                    b(f.requested_bytes), b(f.total_bytes));
+            if (f.phase == Phase::Compute && is_ggml(e.wording))
+                return fmt::format(
+                    "The compute buffers ({}) did not fit next to the weights and the KV cache.",
+                    b(f.requested_bytes));
+            return fmt::format("A {} working buffer{} did not fit{}.", b(f.requested_bytes), where,
+                               f.this_process_bytes && f.total_bytes
+                                   ? fmt::format(": this process already holds {} of {}",
+                                                 b(f.this_process_bytes), b(f.total_bytes))
+                                   : "");
+        case OomClass::Fragmentation:
+            if (f.free_bytes && f.requested_bytes && *f.free_bytes >= *f.requested_bytes &&
+                f.reserved_unallocated_bytes.value_or(0) < *f.requested_bytes)
+                return fmt::format(
+                    "Fragmentation: the device reported {} free, more than the {} asked for, "
+                    "yet no block that size could be had.",
+                    b(f.free_bytes), b(f.requested_bytes));
+            return fmt::format(
+                "Fragmentation: {} could not be allocated although {} was free and {} sat "
+                "reserved but unallocated in PyTorch's cache.",
+                b(f.requested_bytes), b(f.free_bytes), b(f.reserved_unallocated_bytes.value_or(0)));
+        case OomClass::OtherProcess:
+            if (e.wording == Wording::VllmFreeMemoryStartup)
+                return fmt::format(
+                    "Other processes hold {} of the {} GPU; vLLM wants {} but only {} is free.",
+                    b(f.other_processes_bytes), b(f.total_bytes), b(f.requested_bytes),
+                    b(f.free_bytes));
+            return fmt::format(
+                "Other processes hold {} of the {} GPU; this process needed {} more and only {} "
+                "was free.",
+                b(f.other_processes_bytes), b(f.total_bytes), b(f.requested_bytes),
+                b(f.free_bytes));
+        case OomClass::UtilizationSetting:
+            if (e.wording == Wording::VllmFreeMemoryStartup)
+                return fmt::format("--gpu-memory-utilization asks for {} but {} is free.",
+                                   b(f.requested_bytes), b(f.free_bytes));
+            if (e.wording == Wording::VllmNoCacheBlocks)
+                return "After the weights and the profiled activations, the "
+                       "--gpu-memory-utilization share leaves no memory for the KV cache.";
+            if (e.wording == Wording::SglangNotEnoughMemory)
+                return "After the weights, --mem-fraction-static leaves no memory for the KV "
+                       "cache pool.";
+            return fmt::format(
+                "PyTorch is capped at {} of the {} GPU (set_per_process_memory_fraction) and "
+                "needed {} more.",
+                b(n.allowed), b(f.total_bytes), b(f.requested_bytes));
+    }
+    return "";
+}
+
+}  // namespace headroom::doctor

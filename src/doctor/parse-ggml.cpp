@@ -1,0 +1,165 @@
+// llama.cpp (ggml) reports one failed allocation in a chain of lines, each
+// naming a different layer of the stack, e.g.
+//
+//   ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4507.00 MiB on device 0:
+//     cudaMalloc failed: out of memory                               (the device)
+//   ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 4725934080
+//                                                  (the buffer; its owner names the phase)
+//   llama_new_context_with_model: failed to allocate compute buffers  (the phase)
+//
+// The buffer's owner says what did not fit: alloc_tensor_range and "error
+// loading model" are the weights, llama_kv_cache the KV cache, gallocr and
+// "compute (pp) buffers" the compute graph's scratch. Ollama runs the same
+// code, so its logs carry the same lines. Metal reports out-of-memory when a
+// command buffer runs, not when buffers are allocated.
+#include "doctor/observation.h"
+
+namespace headroom::doctor {
+
+namespace {
+
+void mark(Observation& out, Wording w, Observation::Kind kind = Observation::Kind::Oom) {
+    out.kind = kind;
+    out.wording = w;
+    out.framework = Framework::LlamaCpp;
+}
+
+// The allocating function names the phase.
+Phase phase_of_owner(const Line& l) {
+    if (l.has("alloc_tensor_range") || l.has("load_tensors") || l.has("llama_model_load"))
+        return Phase::Weights;
+    if (l.has("llama_kv_cache") || l.has("kv cache")) return Phase::KvCache;
+    if (l.has("gallocr") || l.has("compute")) return Phase::Compute;
+    return Phase::Unknown;
+}
+
+bool is_host_buffer(std::string_view name) {
+    return name.substr(0, 3) == "cpu" || name == "cuda_host" || name.ends_with("_host");
+}
+
+}  // namespace
+
+bool parse_ggml(const Line& l, Observation& out) {
+    auto& n = out.numbers;
+    if (l.has("malloc failed: out of memory")) {
+        mark(out, Wording::GgmlDeviceMallocFailed);
+        n.requested = bytes_after(l, "allocating");
+        return true;
+    }
+    // "failed to allocate CUDA0 buffer of size 151851674624"
+    if (const size_t at = l.find("failed to allocate "); at != Line::npos) {
+        const size_t name = at + 19;
+        const size_t of = l.find(" buffer of size", name);
+        const auto size = of != Line::npos ? integer_after(l, "buffer of size", of) : std::nullopt;
+        if (size && of - name <= 24) {
+            mark(out, Wording::GgmlBufferFailed);
+            n.requested = size;
+            out.host_memory = is_host_buffer(l.lower.substr(name, of - name));
+            out.phase = phase_of_owner(l);
+            return true;
+        }
+        if (const auto host = integer_after(l, "failed to allocate buffer of size")) {
+            mark(out, Wording::GgmlHostBufferFailed);
+            n.requested = host;
+            out.host_memory = l.has("cpu_buffer") || l.has("cpu buffer");
+            out.phase = phase_of_owner(l);
+            return true;
+        }
+        if (l.has("metal") && l.has("failed to allocate buffer, size")) {
+            mark(out, Wording::GgmlMetalBufferFailed);
+            n.requested = bytes_after(l, "size =");
+            return true;
+        }
+        if (l.has("failed to allocate buffer for kv cache")) {
+            mark(out, Wording::GgmlKvFailed);
+            out.phase = Phase::KvCache;
+            return true;
+        }
+        if (l.has("failed to allocate compute")) {  // "compute buffers", "compute pp buffers"
+            mark(out, Wording::GgmlComputeFailed);
+            out.phase = Phase::Compute;
+            return true;
+        }
+    }
+    if (l.has("error loading model: unable to allocate")) {
+        mark(out, Wording::GgmlModelLoadFailed);
+        out.phase = Phase::Weights;
+        out.host_memory = l.has("allocate cpu buffer");
+        return true;
+    }
+    if (l.has("llama_kv_cache_init() failed")) {
+        mark(out, Wording::GgmlKvFailed);
+        out.phase = Phase::KvCache;
+        return true;
+    }
+    if (l.has("kiogpucommandbuffercallbackerroroutofmemory") ||
+        (l.has("insufficient memory") && l.has("metal"))) {
+        mark(out, Wording::MetalOutOfMemory);
+        return true;
+    }
+    if (l.has("command buffer") && l.has("failed with status 5")) {
+        mark(out, Wording::MetalStatus5, Observation::Kind::Continuation);
+        return true;
+    }
+    // Lines that follow a failed allocation and add only its consequence.
+    if (l.has("compute buffer allocation failed") || l.has("failed to create context with model") ||
+        l.has("failed to load model") || l.has("exiting due to model loading error")) {
+        mark(out, Wording::None, Observation::Kind::Continuation);
+        out.phase = phase_of_owner(l);
+        if (l.has("compute buffer")) out.phase = Phase::Compute;
+        return true;
+    }
+    return false;
+}
+
+bool read_ggml_context(const Line& l, LogContext& ctx) {
+    // "load_tensors:        CUDA0 model buffer size = 48928.09 MiB" (device
+    // buffers only: CPU-mapped weights do not take GPU memory).
+    if ((l.has("load_tensors:") || l.has("llm_load_tensors:")) && l.has("buffer size")) {
+        if (l.has("cpu") || l.has("_host")) return false;
+        if (auto b = bytes_after(l, "buffer size =")) {
+            ctx.weights_bytes = ctx.weights_bytes.value_or(0) + *b;
+            return true;
+        }
+        return false;
+    }
+    if (l.has("loading model tensors") || l.has("ggml ctx size")) {
+        ctx.weights_bytes.reset();
+        ctx.hint = Phase::Weights;
+        ctx.hint_line = l.number;
+        return true;
+    }
+    if (l.has("kv self size")) {
+        ctx.kv_bytes = bytes_after(l, "kv self size");
+        return true;
+    }
+    if (l.has("llama_kv_cache") && l.has(": size =")) {
+        ctx.kv_bytes = bytes_after(l, ": size =");
+        return true;
+    }
+    if (const size_t at = l.find("n_ctx"); at != Line::npos) {
+        const size_t after = at + 5;
+        if (after < l.lower.size() && (l.lower[after] == ' ' || l.lower[after] == '=')) {
+            if (auto v = integer_at(l.lower, after)) {
+                ctx.n_ctx = v;
+                return true;
+            }
+        }
+    }
+    if (l.has("recommendedmaxworkingsetsize")) {
+        ctx.device_total_bytes = bytes_after(l, "recommendedmaxworkingsetsize");
+        return true;
+    }
+    if (l.has("pipeline parallelism enabled")) {
+        ctx.n_pipeline_copies = integer_after(l, "n_copies").value_or(0);
+        return true;
+    }
+    if (l.has("llama_new_context_with_model:") || l.has("llama_context:")) {
+        ctx.hint = Phase::Unknown;
+        ctx.hint_line = l.number;
+        return true;
+    }
+    return false;
+}
+
+}  // namespace headroom::doctor

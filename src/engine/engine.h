@@ -1,0 +1,142 @@
+// The engine: one thread owns the scheduler, the runner and every sequence.
+// Other threads only submit and cancel requests through a queue and read
+// each request's events from its own channel. Each step:
+//   schedule -> build one ragged batch -> forward -> sample -> stream -> free
+// (the four lines of nano-vllm's step, plus stop handling). run/bench call
+// step() on their own thread; serve runs the same loop on a thread of its own.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/metrics.h"
+#include "engine/runner.h"
+#include "engine/sampling.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "tokenizer/tokenizer.h"
+
+namespace headroom {
+
+struct GenerateRequest {
+    std::vector<int32_t> prompt;
+    SamplingParams params;
+    bool render_special = false;  // control tokens in the output render their text
+};
+
+// One streamed step of a request's output.
+struct TokenEvent {
+    std::string text;    // output text made final by this event
+    int32_t token = -1;  // the token this event carries; -1 for a closing event without one
+    float logprob = 0;
+    std::vector<TokenLogprob> top_logprobs;
+    FinishReason finish = FinishReason::None;  // set on the last event
+};
+
+// A submitted request: the engine thread fills it, any one reader drains it.
+class Request {
+  public:
+    uint64_t id() const { return id_; }
+    // Waits up to `timeout` for the next event; false on timeout or when
+    // every event has been taken after the request finished.
+    bool next(TokenEvent& event, std::chrono::milliseconds timeout);
+    bool finished() const;
+    uint32_t n_prompt_tokens() const { return n_prompt_; }
+    // Read after the request finished:
+    uint32_t n_cached_tokens() const { return n_cached_.load(); }
+    uint32_t n_output_tokens() const { return n_output_.load(); }
+    FinishReason finish_reason() const { return finish_.load(); }
+
+  private:
+    friend class Engine;
+    void push(TokenEvent event);
+
+    uint64_t id_ = 0;
+    uint32_t n_prompt_ = 0;
+    std::atomic<uint32_t> n_cached_{0};
+    std::atomic<uint32_t> n_output_{0};
+    std::atomic<FinishReason> finish_{FinishReason::None};
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<TokenEvent> events_;
+    bool done_ = false;  // the closing event was pushed
+
+    // Engine-thread state.
+    Sequence seq_;
+    SamplingParams params_;
+    std::unique_ptr<Sampler> sampler_;
+    std::unique_ptr<StreamDecoder> decoder_;
+    std::string text_;      // all output text so far
+    size_t n_emitted_ = 0;  // bytes of text_ already sent
+    size_t max_stop_bytes_ = 0;
+    std::chrono::steady_clock::time_point t_arrival_, t_last_token_;
+    bool first_token_seen_ = false;
+};
+
+class Engine {
+  public:
+    Engine(Runner& runner, const Tokenizer& tokenizer, EngineMetrics& metrics);
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // Validates and queues a request. On refusal returns null and sets
+    // *error to a message naming the numbers (prompt too long, bad
+    // parameter, shutting down). Thread-safe.
+    std::shared_ptr<Request> submit(GenerateRequest request, std::string* error);
+    // Stops a request; its blocks are freed within one step. Thread-safe.
+    void cancel(uint64_t id);
+
+    // Inline mode: takes queued submissions and cancels, runs one step.
+    // Returns false if there was nothing to run.
+    bool step();
+    // Threaded mode.
+    void start();
+    // Stops accepting, lets in-flight requests finish for up to `timeout`,
+    // aborts the rest, joins the thread.
+    void shutdown(std::chrono::milliseconds timeout);
+
+    size_t n_active() const;
+    const Scheduler& scheduler() const { return scheduler_; }
+    Runner& runner() { return runner_; }
+    const Tokenizer& tokenizer() const { return tokenizer_; }
+    EngineMetrics& metrics() { return metrics_; }
+    uint32_t max_model_len() const { return scheduler_.config().max_model_len; }
+
+  private:
+    void drain_inbox();
+    void run_step(const SchedulerOutput& out);
+    void emit_token(Request& r, const SampleResult& s);
+    void finish(Request& r, FinishReason reason);
+    void update_gauges();
+    void loop();
+
+    Runner& runner_;
+    const Tokenizer& tokenizer_;
+    EngineMetrics& metrics_;
+    Scheduler scheduler_;
+    Batch batch_;
+    std::unordered_map<uint64_t, std::shared_ptr<Request>> active_;
+    std::unordered_map<const Sequence*, Request*> by_seq_;
+    std::vector<Request*> finished_this_step_;
+
+    mutable std::mutex inbox_mu_;
+    std::condition_variable inbox_cv_;
+    std::vector<std::shared_ptr<Request>> inbox_;
+    std::vector<uint64_t> cancels_;
+    std::atomic<uint64_t> next_id_{1};
+    std::atomic<size_t> n_active_{0};
+    bool stopping_ = false;   // guarded by inbox_mu_
+    bool abort_all_ = false;  // guarded by inbox_mu_
+    bool accepting_ = true;   // guarded by inbox_mu_
+    std::thread thread_;
+};
+
+}  // namespace headroom

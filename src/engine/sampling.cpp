@@ -1,0 +1,181 @@
+#include "engine/sampling.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace headroom {
+
+std::string SamplingParams::validate() const {
+    if (!(temperature >= 0) || temperature > 100)
+        return fmt::format("temperature {} must be in [0, 100]", temperature);
+    if (top_k < 0) return fmt::format("top_k {} must be >= 0 (0 turns it off)", top_k);
+    if (!(top_p > 0) || top_p > 1) return fmt::format("top_p {} must be in (0, 1]", top_p);
+    if (!(min_p >= 0) || min_p > 1) return fmt::format("min_p {} must be in [0, 1]", min_p);
+    if (!(repetition_penalty > 0) || repetition_penalty > 100)
+        return fmt::format("repetition_penalty {} must be in (0, 100]", repetition_penalty);
+    if (!(presence_penalty >= -2) || presence_penalty > 2)
+        return fmt::format("presence_penalty {} must be in [-2, 2]", presence_penalty);
+    if (!(frequency_penalty >= -2) || frequency_penalty > 2)
+        return fmt::format("frequency_penalty {} must be in [-2, 2]", frequency_penalty);
+    if (n_logprobs > 20) return fmt::format("top_logprobs {} must be at most 20", n_logprobs);
+    return "";
+}
+
+Sampler::Sampler(const SamplingParams& params) : params_(params) {
+    rng_.seed(params.seed ? *params.seed : std::random_device{}());
+}
+
+namespace {
+
+// log(sum(exp(x))) and the max, over a row.
+double log_sum_exp(std::span<const float> x, float* max_out) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (float v : x) mx = std::max(mx, v);
+    double sum = 0;
+    for (float v : x) sum += std::exp(static_cast<double>(v - mx));
+    *max_out = mx;
+    return std::log(sum) + mx;
+}
+
+}  // namespace
+
+SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt,
+                             std::span<const int32_t> output, uint8_t* scratch) {
+    const auto n_vocab = static_cast<int32_t>(logits.size());
+    auto* probs = reinterpret_cast<float*>(scratch);                        // (n_vocab)
+    auto* index = reinterpret_cast<int32_t*>(scratch + 4 * logits.size());  // (n_vocab)
+    auto* mark = reinterpret_cast<uint32_t*>(scratch + 8 * logits.size());  // (n_vocab)
+    auto* raw = reinterpret_cast<float*>(scratch + 12 * logits.size());     // (n_vocab)
+    SampleResult result;
+
+    // Logprobs are of the model's own distribution, before penalties.
+    float raw_max = 0;
+    const double raw_lse =
+        (params_.logprobs || params_.n_logprobs) ? log_sum_exp(logits, &raw_max) : 0.0;
+    if (params_.n_logprobs) {
+        for (int32_t i = 0; i < n_vocab; ++i) index[i] = i;
+        const auto k = std::min<int32_t>(static_cast<int32_t>(params_.n_logprobs), n_vocab);
+        std::partial_sort(index, index + k, index + n_vocab,
+                          [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+        result.top.reserve(static_cast<size_t>(k));
+        for (int32_t i = 0; i < k; ++i)
+            result.top.push_back({index[i], static_cast<float>(logits[index[i]] - raw_lse)});
+    }
+    const bool penalties = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+                           params_.frequency_penalty != 0.0f;
+    // Keep the raw logits when penalties will change them and logprobs are asked for.
+    const bool keep_raw = penalties && (params_.logprobs || params_.n_logprobs);
+    if (keep_raw) std::copy(logits.begin(), logits.end(), raw);
+    const auto raw_logprob = [&](int32_t t) {
+        return static_cast<float>((keep_raw ? raw[t] : logits[t]) - raw_lse);
+    };
+
+    // 1. Penalties. `mark` tells the first occurrence of a token (epoch-stamped,
+    // so the array needs no clearing between calls).
+    if (penalties) {
+        if (++mark_epoch_ == 0) {
+            std::fill(mark, mark + n_vocab, 0u);
+            mark_epoch_ = 1;
+        }
+        const uint32_t seen_output = mark_epoch_;
+        if (++mark_epoch_ == 0) mark_epoch_ = 1;
+        const uint32_t seen_any = mark_epoch_;
+        for (int32_t t : output) {
+            if (t < 0 || t >= n_vocab) continue;
+            logits[t] -= params_.frequency_penalty;
+            if (mark[t] != seen_output) {
+                logits[t] -= params_.presence_penalty;
+                mark[t] = seen_output;
+            }
+        }
+        if (params_.repetition_penalty != 1.0f) {
+            auto penalize = [&](int32_t t) {
+                if (t < 0 || t >= n_vocab || mark[t] == seen_any) return;
+                mark[t] = seen_any;
+                logits[t] = logits[t] > 0 ? logits[t] / params_.repetition_penalty
+                                          : logits[t] * params_.repetition_penalty;
+            };
+            for (int32_t t : prompt) penalize(t);
+            for (int32_t t : output) penalize(t);
+        }
+    }
+
+    // 2. Greedy.
+    if (params_.temperature < 1e-5f) {
+        int32_t best = 0;
+        for (int32_t i = 1; i < n_vocab; ++i)
+            if (logits[i] > logits[best]) best = i;
+        result.token = best;
+        if (params_.logprobs || params_.n_logprobs) result.logprob = raw_logprob(best);
+        return result;
+    }
+
+    // 3. Temperature, top-k, softmax, top-p, min-p over the candidates index[0, n).
+    int32_t n = n_vocab;
+    for (int32_t i = 0; i < n_vocab; ++i) index[i] = i;
+    const auto by_logit = [&](int32_t a, int32_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+    if (params_.top_k > 0 && params_.top_k < n) {
+        std::nth_element(index, index + params_.top_k - 1, index + n, by_logit);
+        n = params_.top_k;
+    }
+    const bool need_sorted = params_.top_p < 1.0f;
+    if (need_sorted) std::sort(index, index + n, by_logit);
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int32_t i = 0; i < n; ++i) mx = std::max(mx, logits[index[i]]);
+    double sum = 0;
+    for (int32_t i = 0; i < n; ++i) {
+        probs[i] = std::exp((logits[index[i]] - mx) / params_.temperature);
+        sum += probs[i];
+    }
+    for (int32_t i = 0; i < n; ++i) probs[i] = static_cast<float>(probs[i] / sum);
+    if (need_sorted) {
+        double cum = 0;
+        int32_t keep = n;
+        for (int32_t i = 0; i < n; ++i) {
+            cum += probs[i];
+            if (cum >= params_.top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+    }
+    if (params_.min_p > 0) {
+        float p_max = 0;
+        for (int32_t i = 0; i < n; ++i) p_max = std::max(p_max, probs[i]);
+        const float floor = params_.min_p * p_max;
+        int32_t w = 0;
+        for (int32_t i = 0; i < n; ++i) {
+            if (probs[i] >= floor) {
+                probs[w] = probs[i];
+                index[w] = index[i];
+                ++w;
+            }
+        }
+        n = w;
+    }
+    // 4. Draw.
+    double total = 0;
+    for (int32_t i = 0; i < n; ++i) total += probs[i];
+    const double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
+    double cum = 0;
+    int32_t chosen = index[n - 1];
+    for (int32_t i = 0; i < n; ++i) {
+        cum += probs[i];
+        if (r < cum) {
+            chosen = index[i];
+            break;
+        }
+    }
+    result.token = chosen;
+    if (params_.logprobs || params_.n_logprobs) result.logprob = raw_logprob(chosen);
+    return result;
+}
+
+}  // namespace headroom

@@ -1,0 +1,69 @@
+// Turning one row of logits into the next token. Order of operations, as
+// vLLM and llama.cpp apply them:
+//   1. penalties: repetition (prompt and output tokens: logit / r if
+//      positive, × r if negative), presence (−p once per token present in
+//      the output) and frequency (−f × count in the output);
+//   2. temperature 0 → greedy argmax;
+//   3. logits / temperature, then top-k, softmax, top-p, min-p;
+//   4. draw from what is left with the request's own generator (a fixed
+//      seed gives the same tokens every time).
+// Scratch comes from the activation arena: sampling allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace headroom {
+
+struct SamplingParams {
+    float temperature = 1.0f;
+    int32_t top_k = 0;   // 0: off
+    float top_p = 1.0f;  // 1: off
+    float min_p = 0.0f;  // 0: off
+    float repetition_penalty = 1.0f;
+    float presence_penalty = 0.0f;
+    float frequency_penalty = 0.0f;
+    std::optional<uint64_t> seed;
+    uint32_t max_tokens = 256;
+    std::vector<std::string> stop;        // stop strings (not included in the output)
+    std::vector<int32_t> stop_token_ids;  // in addition to the model's end-of-generation tokens
+    bool ignore_eos = false;
+    uint32_t n_logprobs = 0;  // top alternatives to report per token (0: none)
+    bool logprobs = false;    // report the chosen token's logprob
+
+    // Returns an error message for out-of-range values, or "".
+    std::string validate() const;
+};
+
+struct TokenLogprob {
+    int32_t token = 0;
+    float logprob = 0;
+};
+
+struct SampleResult {
+    int32_t token = 0;
+    float logprob = 0;              // of the chosen token under the model's distribution
+    std::vector<TokenLogprob> top;  // n_logprobs best alternatives (allocated only when asked)
+};
+
+// Per-sequence sampling state: the generator.
+class Sampler {
+  public:
+    explicit Sampler(const SamplingParams& params);
+
+    // logits: (n_vocab), modified in place by penalties. prompt/output: the
+    // sequence's tokens so far. scratch: 16 × n_vocab bytes.
+    SampleResult sample(std::span<float> logits, std::span<const int32_t> prompt,
+                        std::span<const int32_t> output, uint8_t* scratch);
+
+  private:
+    SamplingParams params_;
+    std::mt19937_64 rng_;
+    uint32_t mark_epoch_ = 0;
+};
+
+}  // namespace headroom

@@ -1,0 +1,140 @@
+#include "memory/report.h"
+
+#include <fmt/format.h>
+
+#include "core/units.h"
+
+namespace headroom {
+
+namespace {
+
+uint64_t predicted(const MemoryPlan& p, Term t) {
+    switch (t) {
+        case Term::Weights:
+            return p.weights_bytes;
+        case Term::KvCache:
+            return p.kv_cache_bytes;
+        case Term::Activations:
+            return p.activations_bytes();
+        case Term::Runtime:
+            return p.runtime_bytes();
+    }
+    return 0;
+}
+
+}  // namespace
+
+nlohmann::json memory_report_json(const MemoryPlan& plan, const LedgerSnapshot& ledger,
+                                  const KvCache& cache, const ProcessMemory& process) {
+    nlohmann::json terms = nlohmann::json::object(), pred = nlohmann::json::object();
+    for (Term t : kTerms) {
+        const auto& s = ledger[t];
+        terms[std::string(name(t))] = {{"allocated_bytes", s.allocated_bytes},
+                                       {"peak_bytes", s.peak_bytes},
+                                       {"reserved_bytes", s.reserved_bytes}};
+        pred[std::string(name(t))] = predicted(plan, t);
+    }
+    nlohmann::json groups = nlohmann::json::array();
+    uint64_t block_bytes = 0;
+    for (size_t g = 0; g < cache.n_groups(); ++g) {
+        const auto& gp = cache.group(g);
+        block_bytes += gp.block_bytes;
+        groups.push_back(
+            {{"kind", gp.kind == AttentionKind::SlidingWindow ? "sliding_window" : "full"},
+             {"window", gp.window},
+             {"n_layers", gp.layers.size()},
+             {"blocks_total", cache.pool(g).n_blocks()},
+             {"blocks_used", cache.pool(g).n_used()},
+             {"blocks_cached", cache.pool(g).n_cached()},
+             {"block_bytes", gp.block_bytes},
+             {"bytes_per_token", gp.bytes_per_token}});
+    }
+    const auto& c = plan.config;
+    return {{"terms", terms},
+            {"predicted", pred},
+            {"budget_bytes", plan.budget_bytes},
+            {"kv_blocks_total", cache.n_blocks_total()},
+            {"kv_blocks_used", cache.n_blocks_used()},
+            {"kv_block_bytes", block_bytes},
+            {"kv_bytes_per_token", plan.kv_bytes_per_token},
+            {"kv_groups", groups},
+            {"rss_bytes", process.rss_bytes},
+            {"rss_start_bytes", process.rss_start_bytes},
+            {"rss_growth_bytes", process.rss_bytes > process.rss_start_bytes
+                                     ? process.rss_bytes - process.rss_start_bytes
+                                     : 0},
+            {"config",
+             {{"max_model_len", c.max_model_len},
+              {"max_num_seqs", c.max_num_seqs},
+              {"max_num_batched_tokens", c.max_num_batched_tokens},
+              {"kv_dtype", std::string(name(c.kv_dtype))},
+              {"block_size", c.block_size},
+              {"threads", c.n_threads}}},
+            {"prefix_cache",
+             {{"query_tokens", cache.prefix_stats().query_tokens},
+              {"hit_tokens", cache.prefix_stats().hit_tokens}}}};
+}
+
+std::string memory_report_table(const MemoryPlan& plan, const LedgerSnapshot& ledger,
+                                const KvCache& cache, const ProcessMemory& process) {
+    std::string out;
+    const auto& c = plan.config;
+    out += fmt::format("headroom memory report: budget {}\n", format_bytes(plan.budget_bytes));
+    out += fmt::format("  {:<12} {:>12} {:>12} {:>12} {:>12}\n", "term", "predicted", "reserved",
+                       "allocated", "peak");
+    uint64_t tp = 0, tr = 0, ta = 0, tk = 0;
+    for (Term t : kTerms) {
+        const auto& s = ledger[t];
+        out += fmt::format("  {:<12} {:>12} {:>12} {:>12} {:>12}\n", name(t),
+                           format_bytes(predicted(plan, t)), format_bytes(s.reserved_bytes),
+                           format_bytes(s.allocated_bytes), format_bytes(s.peak_bytes));
+        tp += predicted(plan, t);
+        tr += s.reserved_bytes;
+        ta += s.allocated_bytes;
+        tk += s.peak_bytes;
+    }
+    out += fmt::format("  {:<12} {:>12} {:>12} {:>12} {:>12}\n", "total", format_bytes(tp),
+                       format_bytes(tr), format_bytes(ta), format_bytes(tk));
+    for (size_t g = 0; g < cache.n_groups(); ++g) {
+        const auto& gp = cache.group(g);
+        const auto& pool = cache.pool(g);
+        out += fmt::format(
+            "  kv {}: {} layers, {} blocks of {} tokens ({} each), {} in use, {} cached\n",
+            gp.kind == AttentionKind::SlidingWindow ? fmt::format("sliding window {}", gp.window)
+                                                    : std::string("full attention"),
+            gp.layers.size(), pool.n_blocks(), c.block_size, format_bytes(gp.block_bytes),
+            pool.n_used(), pool.n_cached());
+    }
+    out += fmt::format(
+        "  kv per token {} ({}), max_model_len {}, max_num_seqs {}: {} sequences fit at full "
+        "length\n",
+        format_bytes(plan.kv_bytes_per_token), name(c.kv_dtype), c.max_model_len, c.max_num_seqs,
+        plan.max_num_seqs_at_max_model_len);
+    const auto& ps = cache.prefix_stats();
+    if (ps.query_tokens)
+        out += fmt::format("  prefix cache: {} of {} prompt tokens hit ({:.1f}%)\n", ps.hit_tokens,
+                           ps.query_tokens, 100.0 * ps.hit_tokens / ps.query_tokens);
+    const uint64_t growth = process.rss_bytes > process.rss_start_bytes
+                                ? process.rss_bytes - process.rss_start_bytes
+                                : 0;
+    out += fmt::format("  process RSS {} (grew {} since start; ledger reserves {}, {:+.1f}%)\n",
+                       format_bytes(process.rss_bytes), format_bytes(growth), format_bytes(tr),
+                       tr ? 100.0 * (static_cast<double>(growth) - static_cast<double>(tr)) /
+                                static_cast<double>(tr)
+                          : 0.0);
+    return out;
+}
+
+std::string memory_summary_line(const MemoryPlan& plan, const LedgerSnapshot& ledger,
+                                const KvCache& cache, const ProcessMemory& process) {
+    const uint64_t kv_reserved = ledger[Term::KvCache].reserved_bytes;
+    return fmt::format(
+        "memory: weights {}, kv {} ({:.1f}% used, {}), activations {}, runtime {}; RSS {}",
+        format_bytes(ledger[Term::Weights].reserved_bytes), format_bytes(kv_reserved),
+        kv_reserved ? 100.0 * ledger[Term::KvCache].peak_bytes / kv_reserved : 0.0,
+        name(plan.config.kv_dtype), format_bytes(ledger[Term::Activations].reserved_bytes),
+        format_bytes(ledger[Term::Runtime].reserved_bytes), format_bytes(process.rss_bytes));
+    (void)cache;
+}
+
+}  // namespace headroom

@@ -1,0 +1,30 @@
+// The memory report: predicted terms next to what the ledger holds, for
+// people (a table in the spirit of torch.cuda.memory_summary) and tools
+// (JSON, the shape of `run --memory-report-json` and GET /v1/memory).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "memory/kv-cache.h"
+#include "memory/ledger.h"
+#include "memory/terms.h"
+
+namespace headroom {
+
+struct ProcessMemory {
+    uint64_t rss_bytes = 0;        // now
+    uint64_t rss_start_bytes = 0;  // before the model was loaded
+};
+
+nlohmann::json memory_report_json(const MemoryPlan& plan, const LedgerSnapshot& ledger,
+                                  const KvCache& cache, const ProcessMemory& process);
+std::string memory_report_table(const MemoryPlan& plan, const LedgerSnapshot& ledger,
+                                const KvCache& cache, const ProcessMemory& process);
+// One line: "memory: weights 92.1 MiB, kv 180 MiB (2% used), activations 10 MiB, runtime 12 MiB;
+// RSS 301 MiB"
+std::string memory_summary_line(const MemoryPlan& plan, const LedgerSnapshot& ledger,
+                                const KvCache& cache, const ProcessMemory& process);
+
+}  // namespace headroom

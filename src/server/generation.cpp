@@ -1,0 +1,276 @@
+#include "server/generation.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include "server/prompt.h"
+#include "server/sse.h"
+
+namespace headroom::server {
+
+using json = nlohmann::json;
+
+void set_error(httplib::Response& res, const ApiError& error) {
+    res.status = error.status;
+    res.set_content(error_body(error), "application/json");
+}
+
+namespace {
+
+// A seat among --max-queued, given back when the last holder lets go.
+class Seat {
+  public:
+    explicit Seat(std::atomic<uint32_t>& n_taken) : n_taken_(n_taken) {}
+    ~Seat() { n_taken_.fetch_sub(1); }
+    Seat(const Seat&) = delete;
+    Seat& operator=(const Seat&) = delete;
+
+  private:
+    std::atomic<uint32_t>& n_taken_;
+};
+
+// The output side of one submitted request, driven by httplib's content
+// provider on the connection's thread.
+class Generation {
+  public:
+    Generation(const GenerationContext& ctx, const GenerationSpec& spec,
+               const Truncation& truncation, std::shared_ptr<Request> request,
+               std::unique_ptr<Seat> seat)
+        : ctx_(ctx),
+          stream_(spec.stream),
+          include_usage_(spec.include_usage),
+          ignore_eos_(spec.sampling.ignore_eos),
+          stop_token_ids_(spec.sampling.stop_token_ids),
+          truncation_(truncation),
+          request_(std::move(request)),
+          seat_(std::move(seat)) {
+        meta_.endpoint = spec.endpoint;
+        meta_.id = new_response_id(spec.endpoint);
+        meta_.created_s = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+        meta_.model = ctx.model.name;
+        if (spec.logprobs)
+            logprobs_.emplace(spec.endpoint, *ctx.model.tokenizer, spec.top_logprobs);
+    }
+
+    // One call of the content provider. Returns false to end the response
+    // without completing it (the client is gone).
+    bool provide(httplib::DataSink& sink) {
+        try {
+            std::string out;
+            // A chat stream opens with the assistant's role at once, as OpenAI's does.
+            if (stream_ && !started_ && meta_.endpoint == Endpoint::Chat)
+                append_chunk(chunk_response(meta_, "", true, FinishReason::None, nullptr), out);
+            started_ = true;
+            TokenEvent ev;
+            if (!request_->next(ev, kPollInterval)) {
+                if (!out.empty() && !sink.write(out.data(), out.size())) return client_gone();
+                return sink.is_writable() ? true : client_gone();
+            }
+            std::string text;
+            do {
+                consume(ev, text);
+            } while (finish_ == FinishReason::None &&
+                     request_->next(ev, std::chrono::milliseconds(0)));
+            if (stream_)
+                append_stream_events(text, out);
+            else
+                text_ += text;
+            if (finish_ != FinishReason::None && !stream_) out = dump(final_response());
+            if (out.empty()) {
+                // Nothing to send yet (not streaming, or text held back for a
+                // stop string): make sure someone still waits for it.
+                if (!sink.is_writable()) return client_gone();
+            } else if (!sink.write(out.data(), out.size())) {
+                return client_gone();
+            }
+            if (finish_ != FinishReason::None) sink.done();
+            return true;
+        } catch (const std::exception&) {
+            // Out of memory building JSON: end this response, keep the server.
+            return client_gone();
+        }
+    }
+
+    // httplib dropped the provider: if the output did not reach its end,
+    // nobody will read the rest, so stop generating it.
+    void release() {
+        if (finish_ == FinishReason::None) client_gone();
+    }
+
+  private:
+    void consume(const TokenEvent& ev, std::string& text) {
+        if (ev.token >= 0 && logprobs_ && !ends_generation(ev.token))
+            logprobs_->add(ev.token, ev.logprob, ev.top_logprobs);
+        text += ev.text;
+        if (ev.finish != FinishReason::None) finish_ = ev.finish;
+    }
+
+    // The token that ended the output is not part of it: no logprob entry.
+    bool ends_generation(int32_t token) const {
+        if (!ignore_eos_ && ctx_.model.tokenizer->is_end_of_generation(token)) return true;
+        return std::find(stop_token_ids_.begin(), stop_token_ids_.end(), token) !=
+               stop_token_ids_.end();
+    }
+
+    json take_logprobs() {
+        if (!logprobs_ || logprobs_->empty()) return nullptr;
+        return logprobs_->take();
+    }
+
+    // The first chunk of a stream also says how the prompt was truncated.
+    void append_chunk(json chunk, std::string& out) {
+        if (!sent_chunk_ && truncation_.happened())
+            chunk["prompt_truncation"] = truncation_json(truncation_);
+        sent_chunk_ = true;
+        append_sse_event(out, dump(chunk));
+    }
+
+    void append_stream_events(const std::string& text, std::string& out) {
+        const bool has_logprobs = logprobs_ && !logprobs_->empty();
+        if (!text.empty() || has_logprobs)
+            append_chunk(chunk_response(meta_, text, false, FinishReason::None, take_logprobs()),
+                         out);
+        if (finish_ == FinishReason::None) return;
+        append_chunk(chunk_response(meta_, "", false, finish_, nullptr), out);
+        if (include_usage_) append_sse_event(out, dump(usage_chunk(meta_, usage())));
+        out += kSseDone;
+    }
+
+    json final_response() {
+        json logprobs = nullptr;
+        if (logprobs_) logprobs = logprobs_->take();
+        return completion_response(meta_, text_, finish_, std::move(logprobs), usage(),
+                                   truncation_);
+    }
+
+    Usage usage() const {
+        return {request_->n_prompt_tokens(), request_->n_output_tokens(),
+                request_->n_cached_tokens()};
+    }
+
+    bool client_gone() {
+        if (!cancelled_) {
+            cancelled_ = true;
+            ctx_.model.engine->cancel(request_->id());
+            ctx_.counters.n_disconnects.fetch_add(1, std::memory_order_relaxed);
+        }
+        return false;
+    }
+
+    const GenerationContext& ctx_;
+    ResponseMeta meta_;
+    bool stream_;
+    bool include_usage_;
+    bool ignore_eos_;
+    std::vector<int32_t> stop_token_ids_;
+    Truncation truncation_;
+    std::shared_ptr<Request> request_;
+    std::unique_ptr<Seat> seat_;
+    std::optional<LogprobsBuilder> logprobs_;
+    std::string text_;  // the whole output, when not streaming
+    FinishReason finish_ = FinishReason::None;
+    bool started_ = false;
+    bool sent_chunk_ = false;
+    bool cancelled_ = false;
+};
+
+ApiError queue_full(const ServeConfig& config) {
+    ApiError e;
+    e.status = 503;
+    e.type = "server_error";
+    e.code = "queue_full";
+    e.message = fmt::format(
+        "the server has {} requests waiting or running, the most --max-queued allows: retry "
+        "later",
+        config.max_queued);
+    return e;
+}
+
+ApiError shutting_down() {
+    ApiError e;
+    e.status = 503;
+    e.type = "server_error";
+    e.code = "shutting_down";
+    e.message = "the server is shutting down";
+    return e;
+}
+
+void handle(Endpoint endpoint, const std::string& body, const GenerationContext& ctx,
+            httplib::Response& res) {
+    GenerationSpec spec;
+    if (auto e = parse_generation_request(body, endpoint, spec)) return set_error(res, *e);
+    if (!spec.model.empty() && spec.model != ctx.model.name) {
+        ApiError e = bad_request("model", fmt::format("the model '{}' does not exist; this server "
+                                                      "serves '{}'",
+                                                      spec.model, ctx.model.name));
+        e.status = 404;
+        e.code = "model_not_found";
+        return set_error(res, e);
+    }
+    if (ctx.draining.load()) return set_error(res, shutting_down());
+
+    // Take a seat before the costly part (template, tokenizer) so an
+    // overloaded server refuses cheaply.
+    if (ctx.n_in_flight.fetch_add(1) >= ctx.config.max_queued) {
+        ctx.n_in_flight.fetch_sub(1);
+        res.set_header("Retry-After", std::to_string(ctx.config.retry_after_s));
+        return set_error(res, queue_full(ctx.config));
+    }
+    auto seat = std::make_unique<Seat>(ctx.n_in_flight);
+
+    PromptLimits limits;
+    limits.max_model_len = ctx.model.max_model_len;
+    limits.max_tokens = spec.max_tokens;
+    limits.truncate_prompt_tokens = spec.truncate_prompt_tokens;
+    limits.truncate_history = ctx.config.truncate_history;
+    Prompt prompt;
+    if (auto e = build_prompt(spec, *ctx.model.chat_template, *ctx.model.tokenizer, limits, prompt))
+        return set_error(res, *e);
+
+    const auto n_prompt = static_cast<uint32_t>(prompt.tokens.size());
+    spec.sampling.max_tokens = spec.max_tokens.value_or(ctx.model.max_model_len - n_prompt);
+    GenerateRequest request;
+    request.prompt = std::move(prompt.tokens);
+    request.params = spec.sampling;
+    std::string why;
+    auto submitted = ctx.model.engine->submit(std::move(request), &why);
+    if (!submitted) {
+        if (ctx.draining.load()) return set_error(res, shutting_down());
+        return set_error(res, bad_request(endpoint == Endpoint::Chat ? "messages" : "prompt", why));
+    }
+
+    if (prompt.truncation.happened())
+        res.set_header("X-Headroom-Dropped-Prompt-Tokens",
+                       std::to_string(prompt.truncation.n_dropped_tokens));
+    auto gen = std::make_shared<Generation>(ctx, spec, prompt.truncation, std::move(submitted),
+                                            std::move(seat));
+    if (spec.stream) res.set_header("Cache-Control", "no-cache");
+    res.status = 200;
+    res.set_chunked_content_provider(
+        spec.stream ? "text/event-stream" : "application/json",
+        [gen](size_t, httplib::DataSink& sink) { return gen->provide(sink); },
+        [gen](bool) { gen->release(); });
+}
+
+}  // namespace
+
+void handle_generation(Endpoint endpoint, const std::string& body, const GenerationContext& ctx,
+                       httplib::Response& res) {
+    try {
+        handle(endpoint, body, ctx, res);
+    } catch (const std::exception& e) {
+        ApiError err;
+        err.status = 500;
+        err.type = "server_error";
+        err.message = fmt::format("internal error: {}", e.what());
+        set_error(res, err);
+    }
+}
+
+}  // namespace headroom::server

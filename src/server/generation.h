@@ -1,0 +1,40 @@
+// One generation request (/v1/chat/completions, /v1/completions) from its
+// body to its last byte:
+//   parse -> model check -> a seat among --max-queued -> prompt -> submit
+//   -> a chunked content provider that drains the request's channel.
+// The provider waits kPollInterval at a time for tokens; between waits it
+// asks httplib whether the client is still there, so a client that leaves
+// (before its first token or mid-stream) cancels its request. The seat is
+// given back when httplib drops the provider, however the response ended.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "server/http-server.h"
+#include "server/openai-json.h"
+
+namespace httplib {
+struct Response;
+}
+
+namespace headroom::server {
+
+struct GenerationContext {
+    const ServedModel& model;
+    const ServeConfig& config;
+    std::atomic<uint32_t>& n_in_flight;  // seats taken among config.max_queued
+    HttpCounters& counters;
+    const std::atomic<bool>& draining;  // stop_accepting() was called
+};
+
+// Fills `res` with an error, or with a content provider that streams (SSE)
+// or collects (one JSON body) the output. Never throws.
+void handle_generation(Endpoint endpoint, const std::string& body, const GenerationContext& ctx,
+                       httplib::Response& res);
+
+// Sets `res` to the error's status and OpenAI error JSON.
+void set_error(httplib::Response& res, const ApiError& error);
+
+}  // namespace headroom::server

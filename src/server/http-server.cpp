@@ -1,0 +1,353 @@
+#include "server/http-server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "core/error.h"
+#include "server/generation.h"
+
+namespace headroom::server {
+
+using json = nlohmann::json;
+
+namespace {
+
+// httplib's stop() marks the server as shutting down, which also ends every
+// chunked response in the middle. To stop accepting while open responses
+// run to their end, shut the listening socket down instead: accept() fails,
+// httplib leaves its accept loop and joins its workers as they finish.
+class Listener : public httplib::Server {
+  public:
+    void shutdown_listening_socket() {
+        const socket_t s = svr_sock_;
+        if (s != INVALID_SOCKET) ::shutdown(s, SHUT_RDWR);
+    }
+};
+
+bool is_post_route(const std::string& path) {
+    return path == "/v1/chat/completions" || path == "/v1/completions";
+}
+
+// The connection must not be reused once a body was left unread: its bytes
+// would be taken for the next request. httplib closes the connection (and
+// says so in the response) after a request that says "Connection: close";
+// the request object is httplib's own mutable local, handlers see it const.
+void close_after_response(const httplib::Request& req) {
+    auto& headers = const_cast<httplib::Headers&>(req.headers);
+    headers.erase("Connection");
+    headers.emplace("Connection", "close");
+}
+
+ApiError status_error(int status, std::string message, std::string code,
+                      std::string type = "invalid_request_error") {
+    ApiError e;
+    e.status = status;
+    e.message = std::move(message);
+    e.code = std::move(code);
+    e.type = std::move(type);
+    return e;
+}
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+    unsigned char diff = a.size() == b.size() ? 0 : 1;
+    for (size_t i = 0; i < a.size(); ++i)
+        diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+    return diff == 0;
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+    explicit Impl(ServeConfig c) : config(std::move(c)) {}
+
+    ServeConfig config;
+    Listener http;
+    std::thread thread;
+    int port = 0;
+    std::atomic<const ServedModel*> model{nullptr};
+    std::atomic<uint32_t> n_in_flight{0};
+    std::atomic<bool> draining{false};
+    std::atomic<bool> listening_stopped{false};
+    HttpCounters counters;
+    std::unique_ptr<GenerationContext> ready_generation;  // set before `model`
+
+    const ServedModel* ready() const { return model.load(std::memory_order_acquire); }
+
+    void routes();
+    httplib::Server::HandlerResponse pre_route(const httplib::Request& req, httplib::Response& res);
+    void post_generation(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
+                         const httplib::ContentReader& reader);
+    json memory_json(const ServedModel& m) const;
+};
+
+httplib::Server::HandlerResponse HttpServer::Impl::pre_route(const httplib::Request& req,
+                                                             httplib::Response& res) {
+    using R = httplib::Server::HandlerResponse;
+    // Answered here, before httplib reads any body: everything that can be
+    // refused from the request line and headers alone.
+    const bool is_v1 = req.path.rfind("/v1/", 0) == 0;
+    const bool has_body = req.method != "GET" && req.method != "HEAD" && req.method != "OPTIONS";
+    if (has_body && !is_post_route(req.path)) {
+        close_after_response(req);
+        set_error(res, status_error(404, fmt::format("no route {} {}", req.method, req.path),
+                                    "not_found"));
+        return R::Handled;
+    }
+    if (req.has_header("Content-Length")) {
+        const std::string value = req.get_header_value("Content-Length");
+        errno = 0;
+        char* end = nullptr;
+        const unsigned long long n = std::strtoull(value.c_str(), &end, 10);
+        if (value.empty() || *end != '\0' || value[0] == '-') {
+            close_after_response(req);
+            set_error(res, bad_request("", fmt::format("invalid Content-Length '{}'", value)));
+            return R::Handled;
+        }
+        if (errno == ERANGE || n > config.max_body_bytes) {
+            close_after_response(req);
+            set_error(res, status_error(413,
+                                        fmt::format("the request body ({} bytes) is over the "
+                                                    "limit of {} bytes (--max-body)",
+                                                    value, config.max_body_bytes),
+                                        "request_too_large"));
+            return R::Handled;
+        }
+    }
+    if (is_v1 && !config.api_key.empty()) {
+        const std::string auth = req.get_header_value("Authorization");
+        const std::string prefix = "Bearer ";
+        if (auth.rfind(prefix, 0) != 0 ||
+            !constant_time_equal(auth.substr(prefix.size()), config.api_key)) {
+            if (has_body) close_after_response(req);
+            set_error(res, status_error(401,
+                                        auth.empty() ? "missing API key: send the header "
+                                                       "'Authorization: Bearer <key>'"
+                                                     : "invalid API key",
+                                        "invalid_api_key"));
+            return R::Handled;
+        }
+    }
+    if (!ready() && req.path != "/health") {
+        if (has_body) close_after_response(req);
+        res.set_header("Retry-After", "5");
+        set_error(res, status_error(503, "the model is loading", "model_loading", "server_error"));
+        return R::Handled;
+    }
+    return R::Unhandled;
+}
+
+void HttpServer::Impl::post_generation(Endpoint endpoint, const httplib::Request& req,
+                                       httplib::Response& res,
+                                       const httplib::ContentReader& reader) {
+    // Read the body ourselves: httplib would buffer a chunked body of any size.
+    std::string body;
+    bool too_large = false;
+    const bool ok = reader([&](const char* data, size_t n) {
+        if (body.size() + n > config.max_body_bytes) {
+            too_large = true;
+            return false;
+        }
+        body.append(data, n);
+        return true;
+    });
+    if (too_large) {
+        close_after_response(req);
+        return set_error(res, status_error(413,
+                                           fmt::format("the request body is over the limit of {} "
+                                                       "bytes (--max-body)",
+                                                       config.max_body_bytes),
+                                           "request_too_large"));
+    }
+    if (!ok) {
+        close_after_response(req);
+        return set_error(res, bad_request("", "the request body could not be read"));
+    }
+    handle_generation(endpoint, body, *ready_generation, res);
+}
+
+json HttpServer::Impl::memory_json(const ServedModel& m) const {
+    // The start-up report with everything that moves refreshed from atomics.
+    json j = m.memory_report;
+    const LedgerSnapshot snap = m.ledger->snapshot();
+    for (Term t : kTerms) {
+        const auto& s = snap[t];
+        j["terms"][std::string(name(t))] = {{"allocated_bytes", s.allocated_bytes},
+                                            {"peak_bytes", s.peak_bytes},
+                                            {"reserved_bytes", s.reserved_bytes}};
+    }
+    const EngineMetrics& em = *m.metrics;
+    j["kv_blocks_used"] = em.kv_blocks_used.load();
+    if (j.contains("kv_groups") && j["kv_groups"].is_array()) {
+        auto& groups = j["kv_groups"];
+        for (size_t g = 0; g < groups.size() && g < EngineMetrics::kMaxKvGroups; ++g) {
+            groups[g]["blocks_used"] = em.kv_group_blocks_used[g].load();
+            groups[g]["blocks_cached"] = em.kv_group_blocks_cached[g].load();
+        }
+    }
+    j["prefix_cache"] = {{"query_tokens", em.prefix_query_tokens.load()},
+                         {"hit_tokens", em.prefix_hit_tokens.load()}};
+    const uint64_t rss = current_rss_bytes();
+    j["rss_bytes"] = rss;
+    j["rss_growth_bytes"] = rss > m.rss_start_bytes ? rss - m.rss_start_bytes : 0;
+    return j;
+}
+
+void HttpServer::Impl::routes() {
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        return pre_route(req, res);
+    });
+
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+        const char* status = draining.load() ? "shutting_down" : ready() ? "ok" : "loading";
+        res.status = draining.load() || !ready() ? 503 : 200;
+        res.set_content(dump({{"status", status}}), "application/json");
+    });
+    auto model_json = [](const ServedModel& m) {
+        return json{{"id", m.name},
+                    {"object", "model"},
+                    {"created", m.created_s},
+                    {"owned_by", "headroom"},
+                    {"max_model_len", m.max_model_len}};
+    };
+    http.Get("/v1/models", [this, model_json](const httplib::Request&, httplib::Response& res) {
+        json list = {{"object", "list"}, {"data", json::array({model_json(*ready())})}};
+        res.set_content(dump(list), "application/json");
+    });
+    http.Get(R"(/v1/models/(.+))",
+             [this, model_json](const httplib::Request& req, httplib::Response& res) {
+                 const ServedModel& m = *ready();
+                 if (req.matches[1] != m.name) {
+                     ApiError e = bad_request("model", fmt::format("the model '{}' does not exist",
+                                                                   req.matches[1].str()));
+                     e.status = 404;
+                     e.code = "model_not_found";
+                     return set_error(res, e);
+                 }
+                 res.set_content(dump(model_json(m)), "application/json");
+             });
+    http.Get("/v1/memory", [this](const httplib::Request&, httplib::Response& res) {
+        res.set_content(dump(memory_json(*ready())), "application/json");
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+        const ServedModel& m = *ready();
+        MetricsSnapshot snap;
+        snap.engine = m.metrics;
+        snap.ledger = m.ledger->snapshot();
+        snap.rss_bytes = current_rss_bytes();
+        snap.http = &counters;
+        res.set_content(prometheus_text(snap), "text/plain; version=0.0.4; charset=utf-8");
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res,
+                                             const httplib::ContentReader& reader) {
+        post_generation(Endpoint::Chat, req, res, reader);
+    });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res,
+                                        const httplib::ContentReader& reader) {
+        post_generation(Endpoint::Completion, req, res, reader);
+    });
+
+    // Responses httplib makes itself (404 for an unknown route, 400 for a
+    // request it cannot parse, 414, 413) get OpenAI's error JSON too.
+    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return;
+        std::string message = fmt::format("HTTP {}", res.status);
+        std::string code;
+        if (res.status == 404) {
+            message = fmt::format("no route {} {}", req.method, req.path);
+            code = "not_found";
+        } else if (res.status == 400) {
+            message = "malformed HTTP request";
+        } else if (res.status == 413) {
+            message = "the request body is too large";
+            code = "request_too_large";
+        } else if (res.status == 414) {
+            message = "the request URI is too long";
+        }
+        ApiError e = status_error(res.status, message, code);
+        res.set_content(error_body(e), "application/json");
+    });
+    http.set_exception_handler(
+        [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+            std::string what = "unknown error";
+            try {
+                std::rethrow_exception(ep);
+            } catch (const std::exception& e) {
+                what = e.what();
+            } catch (...) {
+            }
+            set_error(res, status_error(500, "internal error: " + what, "", "server_error"));
+        });
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+        if (res.status >= 0 &&
+            static_cast<size_t>(res.status) < counters.n_responses_by_status.size())
+            counters.n_responses_by_status[static_cast<size_t>(res.status)].fetch_add(
+                1, std::memory_order_relaxed);
+        if (config.log_requests)
+            fmt::print(stderr, "{} {} {} {}\n", req.remote_addr, req.method, req.path, res.status);
+    });
+}
+
+HttpServer::HttpServer(ServeConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+
+HttpServer::~HttpServer() {
+    stop_accepting();
+    join();
+}
+
+void HttpServer::start() {
+    Impl& s = *impl_;
+    const uint32_t n_threads =
+        s.config.n_http_threads ? s.config.n_http_threads : s.config.max_queued + 32;
+    s.http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
+    s.http.set_payload_max_length(s.config.max_body_bytes);
+    // httplib's default adds SO_REUSEPORT, which lets a second server bind
+    // the same port and silently take half the connections. Only reuse the
+    // address (a restart need not wait out TIME_WAIT).
+    s.http.set_socket_options([](socket_t sock) {
+        int yes = 1;
+        ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
+    s.routes();
+    if (s.config.port == 0) {
+        s.port = s.http.bind_to_any_port(s.config.host);
+        if (s.port <= 0)
+            fail("serve: cannot listen on {}: {}", s.config.host, std::strerror(errno));
+    } else {
+        if (!s.http.bind_to_port(s.config.host, s.config.port))
+            fail("serve: cannot listen on {}:{}: {}", s.config.host, s.config.port,
+                 errno ? std::strerror(errno) : "bind failed");
+        s.port = s.config.port;
+    }
+    s.thread = std::thread([&s] { s.http.listen_after_bind(); });
+}
+
+int HttpServer::port() const {
+    return impl_->port;
+}
+
+void HttpServer::set_ready(const ServedModel* model) {
+    impl_->ready_generation = std::make_unique<GenerationContext>(GenerationContext{
+        *model, impl_->config, impl_->n_in_flight, impl_->counters, impl_->draining});
+    impl_->model.store(model, std::memory_order_release);
+}
+
+void HttpServer::stop_accepting() {
+    impl_->draining.store(true);
+    if (impl_->thread.joinable() && !impl_->listening_stopped.exchange(true))
+        impl_->http.shutdown_listening_socket();
+}
+
+void HttpServer::join() {
+    if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+const HttpCounters& HttpServer::counters() const {
+    return impl_->counters;
+}
+
+}  // namespace headroom::server

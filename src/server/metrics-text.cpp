@@ -1,0 +1,140 @@
+#include "server/metrics-text.h"
+
+#include <fmt/format.h>
+
+#include <string_view>
+
+namespace headroom::server {
+
+namespace {
+
+class Exposition {
+  public:
+    void family(std::string_view name, std::string_view type, std::string_view help) {
+        out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    }
+    void sample(std::string_view name, double value, std::string_view labels = {}) {
+        if (labels.empty())
+            out_ += fmt::format("{} {}\n", name, value);
+        else
+            out_ += fmt::format("{}{{{}}} {}\n", name, labels, value);
+    }
+    void sample(std::string_view name, uint64_t value, std::string_view labels = {}) {
+        if (labels.empty())
+            out_ += fmt::format("{} {}\n", name, value);
+        else
+            out_ += fmt::format("{}{{{}}} {}\n", name, labels, value);
+    }
+    void gauge(std::string_view name, std::string_view help, double value) {
+        family(name, "gauge", help);
+        sample(name, value);
+    }
+    void gauge(std::string_view name, std::string_view help, uint64_t value) {
+        family(name, "gauge", help);
+        sample(name, value);
+    }
+    void counter(std::string_view name, std::string_view help, uint64_t value) {
+        family(name, "counter", help);
+        sample(name, value);
+    }
+    void histogram(std::string_view name, std::string_view help, const Histogram& h) {
+        family(name, "histogram", help);
+        const auto& bounds = h.bounds();
+        // Buckets, sum and count are separate atomics: take +Inf from the
+        // buckets so the family stays consistent under concurrent updates.
+        uint64_t n_total = 0;
+        for (size_t i = 0; i < bounds.size(); ++i)
+            sample(fmt::format("{}_bucket", name), h.cumulative_count(i),
+                   fmt::format("le=\"{}\"", bounds[i]));
+        n_total = h.cumulative_count(bounds.size());
+        sample(fmt::format("{}_bucket", name), n_total, "le=\"+Inf\"");
+        sample(fmt::format("{}_sum", name), h.sum());
+        sample(fmt::format("{}_count", name), n_total);
+    }
+    std::string take() { return std::move(out_); }
+
+  private:
+    std::string out_;
+};
+
+uint64_t load(const std::atomic<uint64_t>& a) {
+    return a.load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+std::string prometheus_text(const MetricsSnapshot& s) {
+    const EngineMetrics& m = *s.engine;
+    Exposition x;
+    x.gauge("headroom_num_requests_running", "Requests in the running batch", load(m.n_running));
+    x.gauge("headroom_num_requests_waiting", "Requests queued for admission", load(m.n_waiting));
+
+    const uint64_t used = load(m.kv_blocks_used), total = load(m.kv_blocks_total);
+    x.gauge("headroom_kv_cache_usage_ratio", "KV blocks in use over KV blocks in the pool",
+            total ? static_cast<double>(used) / static_cast<double>(total) : 0.0);
+    x.gauge("headroom_kv_blocks_used", "KV blocks in use", used);
+    x.gauge("headroom_kv_blocks_total", "KV blocks in the pool", total);
+
+    struct TermField {
+        const char* metric;
+        const char* help;
+        uint64_t TermSnapshot::*field;
+    };
+    const TermField fields[] = {
+        {"headroom_memory_allocated_bytes", "Bytes in use now, by memory term",
+         &TermSnapshot::allocated_bytes},
+        {"headroom_memory_reserved_bytes", "Bytes set aside at start-up, by memory term",
+         &TermSnapshot::reserved_bytes},
+        {"headroom_memory_peak_bytes", "Most bytes ever in use, by memory term",
+         &TermSnapshot::peak_bytes},
+    };
+    for (const auto& f : fields) {
+        x.family(f.metric, "gauge", f.help);
+        for (Term t : kTerms)
+            x.sample(f.metric, s.ledger[t].*f.field, fmt::format("term=\"{}\"", name(t)));
+    }
+    x.gauge("headroom_process_resident_memory_bytes", "Resident set size of the process",
+            s.rss_bytes);
+
+    x.counter("headroom_preemptions_total", "Sequences preempted for KV blocks (recomputed later)",
+              load(m.n_preemptions));
+    x.counter("headroom_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache",
+              load(m.prefix_query_tokens));
+    x.counter("headroom_prefix_cache_hits_total", "Prompt tokens found in the prefix cache",
+              load(m.prefix_hit_tokens));
+    x.counter("headroom_prompt_tokens_total", "Prompt tokens of admitted requests",
+              load(m.prompt_tokens));
+    x.counter("headroom_prompt_tokens_computed_total",
+              "Prompt tokens computed (prefix cache misses and recomputation after preemption)",
+              load(m.computed_prompt_tokens));
+    x.counter("headroom_generation_tokens_total", "Tokens generated", load(m.generation_tokens));
+    x.counter("headroom_engine_steps_total", "Engine steps (forward passes)", load(m.n_steps));
+
+    x.histogram("headroom_time_to_first_token_seconds", "From arrival to the first generated token",
+                m.ttft_s);
+    x.histogram("headroom_inter_token_latency_seconds", "Between consecutive tokens of a request",
+                m.itl_s);
+    x.histogram("headroom_e2e_request_latency_seconds", "From arrival to finish", m.e2e_s);
+
+    x.family("headroom_requests_finished_total", "counter", "Requests finished, by finish reason");
+    for (FinishReason r :
+         {FinishReason::Stop, FinishReason::Length, FinishReason::Abort, FinishReason::Error})
+        x.sample("headroom_requests_finished_total", load(m.finished[static_cast<size_t>(r)]),
+                 fmt::format("finish_reason=\"{}\"", name(r)));
+    x.counter("headroom_requests_refused_total",
+              "Requests the engine refused at submission (invalid, too long, shutting down)",
+              load(m.requests_refused));
+
+    if (s.http) {
+        x.family("headroom_http_responses_total", "counter", "HTTP responses, by status code");
+        for (size_t code = 100; code < s.http->n_responses_by_status.size(); ++code)
+            if (const uint64_t n = load(s.http->n_responses_by_status[code]))
+                x.sample("headroom_http_responses_total", n, fmt::format("code=\"{}\"", code));
+        x.counter("headroom_client_disconnects_total",
+                  "Clients gone before their response ended (their requests were cancelled)",
+                  load(s.http->n_disconnects));
+    }
+    return x.take();
+}
+
+}  // namespace headroom::server

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""`headroom doctor` end to end: a log file and standard input, text and
+--json, a GGUF given with -m, and the options that are not available yet."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from testlib import headroom_bin, fail_if  # noqa: E402
+
+tmp = tempfile.mkdtemp(prefix="headroom-doctor-")
+log_path = os.path.join(tmp, "oom.log")
+# From https://github.com/kerrj/lerf/issues/73 and https://github.com/QwenLM/Qwen3/issues/295
+LOG = (
+    "step 1500\n"
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a "
+    "total capacty of 23.65 GiB of which 1.66 GiB is free. Including non-PyTorch memory, this "
+    "process has 20.81 GiB memory in use. Of the allocated memory 12.09 GiB is allocated by "
+    "PyTorch, and 4.84 GiB is reserved by PyTorch but unallocated.\r\n"
+    "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens "
+    "that can be stored in KV cache (7344). Try increasing `gpu_memory_utilization` or "
+    "decreasing `max_model_len` when initializing the engine.\n"
+)
+with open(log_path, "w", newline="") as f:
+    f.write(LOG)
+
+
+def run(args, stdin=None):
+    p = subprocess.run([headroom_bin(), "doctor", *args], input=stdin, capture_output=True,
+                       text=True, timeout=60)
+    fail_if(p.returncode < 0, f"{args}: killed by signal {-p.returncode}")
+    return p
+
+
+# Text: the cause comes first, then the numbers, then the fixes.
+p = run([log_path])
+fail_if(p.returncode != 0, f"text: exit {p.returncode}: {p.stderr}")
+out = p.stdout
+fail_if(not out.startswith("[1] Fragmentation: 3.00 GiB could not be allocated"), out[:200])
+fail_if(out.find("numbers") > out.find("fixes"), "numbers must come before fixes")
+fail_if("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" not in out, out)
+fail_if("--max-model-len 7344" not in out, out)
+
+# JSON from a file and from standard input are the same.
+p_file = run([log_path, "--json"])
+p_stdin = run(["-", "--json"], stdin=LOG)
+fail_if(p_file.returncode != 0 or p_stdin.returncode != 0, p_file.stderr + p_stdin.stderr)
+doc = json.loads(p_file.stdout)
+fail_if(doc != json.loads(p_stdin.stdout), "file and stdin differ")
+fs = doc["findings"]
+fail_if(len(fs) != 2, f"{len(fs)} findings")
+keys = ["framework", "class", "line", "requested_bytes", "total_bytes", "free_bytes",
+        "this_process_bytes", "other_processes_bytes", "reserved_unallocated_bytes",
+        "deficit_bytes", "fixes"]
+for f in fs:
+    for k in keys:
+        fail_if(k not in f, f"missing key {k}")
+fail_if(fs[0]["class"] != "fragmentation" or fs[0]["line"] != 2, fs[0])
+fail_if(fs[0]["requested_bytes"] != 3 * 2**30, fs[0]["requested_bytes"])
+fail_if(fs[1]["class"] != "kv_cache_too_large" or fs[1]["requested_bytes"] is not None, fs[1])
+fail_if(fs[1]["kv_cache_tokens"] != 7344, fs[1])
+fail_if(not all(set(x) == {"action", "command", "effect"} for x in fs[0]["fixes"]), fs[0]["fixes"])
+
+# A log without out-of-memory errors.
+p = run(["-", "--json"], stdin="INFO memory usage 2.1 GiB\nKV cache size = 512 MiB\n")
+fail_if(p.returncode != 0 or json.loads(p.stdout)["findings"] != [], p.stdout)
+p = run(["-"], stdin="INFO memory usage 2.1 GiB\n")
+fail_if("No out-of-memory message in 1 lines." not in p.stdout, p.stdout)
+
+# --device-memory fills in the total a llama.cpp log does not state.
+ggml = ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4480.00 MiB on device 3: "
+        "cudaMalloc failed: out of memory\nllama_kv_cache_init: failed to allocate buffer for kv cache\n")
+p = run(["-", "--json", "--device-memory", "24GiB"], stdin=ggml)
+f = json.loads(p.stdout)["findings"][0]
+fail_if(f["total_bytes"] != 24 * 2**30 or f["class"] != "kv_cache_too_large", f)
+
+# -m with a GGUF: the advice uses the model's real sizes.
+gguf = os.path.join(tmp, "tiny.gguf")
+subprocess.run([headroom_bin(), "synth", "tiny", gguf, "--type", "f16", "-q"], check=True)
+# The tiny model's 151,872 parameters take 297.25 KiB (304,384 bytes, mostly
+# F16). On a 256 KiB device, Q8_0 (8.5 bits per weight: 161,364 bytes =
+# 157.58 KiB) is the largest type that leaves a quarter of it free.
+ggml_load = ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 0.29 MiB on device 0: "
+             "cudaMalloc failed: out of memory\n"
+             "alloc_tensor_range: failed to allocate CUDA0 buffer of size 304384\n"
+             "llama_model_load: error loading model: unable to allocate CUDA0 buffer\n")
+p = run(["-", "-m", gguf, "--device-memory", "256KiB"], stdin=ggml_load)
+fail_if(p.returncode != 0, p.stderr)
+fail_if("weights_too_large" not in p.stdout, p.stdout)
+fail_if("in F16 needs 297.25 KiB of weights; this GPU has 256.00 KiB: use Q8_0, 157.58 KiB"
+        not in p.stdout, p.stdout)
+fail_if("llama-quantize model.gguf model-Q8_0.gguf Q8_0" not in p.stdout, p.stdout)
+
+
+# Errors: one line on stderr, exit status 1.
+def check_error(args, expect, stdin=""):
+    p = run(args, stdin=stdin)
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    fail_if(p.returncode != 1, f"{args}: exit {p.returncode}")
+    fail_if(len(lines) != 1 or expect not in lines[0], f"{args}: {p.stderr}")
+
+
+check_error([os.path.join(tmp, "missing.log")], "cannot read")
+check_error(["-", "--hf-config", "config.json"], "not available yet")
+check_error(["-", "-m", "qwen2.5-14b"], "not available yet")
+check_error(["-", "--device-memory", "lots"], "--device-memory")
+print("doctor cli: ok")

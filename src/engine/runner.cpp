@@ -24,6 +24,7 @@ Runner::Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& o
     cache_ = std::make_unique<KvCache>(plan_, model.hparams(), options.prefix_caching);
     arena_ = Region(plan_.activations.total_bytes, "activation arena");
     buffers_ = carve_buffers(plan_.activations, arena_.data(), &pool_);
+    buffers_.ctx.act_precision = options.act_precision;
     sampler_scratch_ = reinterpret_cast<float*>(arena_.data() + plan_.activations.sampler.offset);
 
     ledger_.reserve(Term::Weights, plan_.weights_bytes);

@@ -62,14 +62,14 @@ struct ActLayout {
     uint64_t row_bytes = 0;  // 64-byte multiple
 };
 
-inline ActLayout act_layout(int64_t n, TensorType w_type, ActQuant quant) {
+inline ActLayout act_layout(int64_t n, TensorType w_type, ActPrecision quant) {
     ActLayout l;
     l.n = n;
     l.block = is_k_type(w_type) ? 256 : 32;
     const auto un = static_cast<uint64_t>(n);
     const uint64_t nb = un / static_cast<uint64_t>(l.block);
     l.lo = un;
-    l.d = quant == ActQuant::Int16 ? 2 * un : un;
+    l.d = quant == ActPrecision::Int16 ? 2 * un : un;
     l.sums = l.d + 4 * nb;
     l.sum_bytes = is_k_type(w_type) ? kKSumBytes : 4;
     l.row_bytes = (l.sums + l.sum_bytes * nb + 63) / 64 * 64;

@@ -2,7 +2,6 @@
 // compiled for the baseline ISA: it checks the CPU before it touches an
 // ISA-specific table.
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <string_view>
 
@@ -53,17 +52,11 @@ const Ops& choose() {
     return ref_ops();
 }
 
-ActQuant initial_act_quant() {
-    const char* env = std::getenv("HEADROOM_ACT_QUANT");
-    const std::string_view want = env ? env : "";
-    if (want.empty() || want == "int16") return ActQuant::Int16;
-    if (want == "int8") return ActQuant::Int8;
-    fail("HEADROOM_ACT_QUANT={}: expected int8 or int16", want);
-}
-
-std::atomic<int>& act_quant_setting() {
-    static std::atomic<int> q{static_cast<int>(initial_act_quant())};
-    return q;
+ActPrecision initial_act_precision() {
+    const char* env = std::getenv("HEADROOM_ACT_PRECISION");
+    if (!env || !*env) return ActPrecision::Int8;
+    if (const auto p = act_precision_from_name(env)) return *p;
+    fail("HEADROOM_ACT_PRECISION={}: expected int8, int16 or f32", env);
 }
 
 }  // namespace
@@ -81,20 +74,37 @@ const Ops& ops() {
     return chosen;
 }
 
-ActQuant default_act_quant() {
-    return static_cast<ActQuant>(act_quant_setting().load());
+ActPrecision default_act_precision() {
+    static const ActPrecision p = initial_act_precision();
+    return p;
 }
 
-void set_default_act_quant(ActQuant q) {
-    act_quant_setting().store(static_cast<int>(q));
+std::optional<ActPrecision> act_precision_from_name(std::string_view n) {
+    if (n == "int8") return ActPrecision::Int8;
+    if (n == "int16") return ActPrecision::Int16;
+    if (n == "f32") return ActPrecision::F32;
+    return std::nullopt;
+}
+
+std::string_view name(ActPrecision p) {
+    switch (p) {
+        case ActPrecision::Int8:
+            return "int8";
+        case ActPrecision::Int16:
+            return "int16";
+        case ActPrecision::F32:
+            return "f32";
+    }
+    return "?";
 }
 
 uint64_t thread_scratch_bytes(uint64_t max_in, uint64_t max_head, uint64_t group) {
     // Reference: a dequantized weight row; K, V and the accumulator of one query.
     const uint64_t ref = std::max(max_in, 3 * max_head) * 4;
     // x86 matmul: one packed chunk of a row group (16 blocks of at most
-    // 40 x 16 bytes, or 2 superblocks of at most 324 x 16 bytes).
-    const uint64_t panel = 16 * 1024;
+    // 40 x 16 bytes, or 2 superblocks of at most 324 x 16 bytes), and for
+    // F32 precision that chunk dequantized (256 columns x 16 rows of f32).
+    const uint64_t panel = 32 * 1024;
     // x86 attention (kLanes <= 16): K rows, K transposed, V rows, and per query
     // of a window m, l and the accumulator.
     const uint64_t attn = (3 * 16 * max_head + x86::kQueryWindow * group * (max_head + 2)) * 4;
@@ -105,8 +115,8 @@ uint64_t acts_row_bytes(uint64_t n) {
     // Row sizes grow with n, so the widest rows of each layout that fit in n
     // bound every narrower input too.
     const auto n32 = static_cast<int64_t>(n / 32 * 32), n256 = static_cast<int64_t>(n / 256 * 256);
-    return std::max(act_layout(n32, TensorType::Q4_0, ActQuant::Int16).row_bytes,
-                    act_layout(n256, TensorType::Q4_K, ActQuant::Int16).row_bytes);
+    return std::max(act_layout(n32, TensorType::Q4_0, ActPrecision::Int16).row_bytes,
+                    act_layout(n256, TensorType::Q4_K, ActPrecision::Int16).row_bytes);
 }
 
 }  // namespace headroom::kernels

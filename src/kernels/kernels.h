@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string_view>
 
 #include "format/tensor-type.h"
 #include "memory/kv-dtype.h"
@@ -33,12 +35,14 @@ struct Matrix {
     uint64_t row_bytes = 0;
 };
 
-// How activations are quantized for the integer matmul kernels. Int8 is
-// llama.cpp's scheme (one int8 per element, a scale per block). Int16
-// carries 15 significant bits as two int8 halves, a = 256 * hi + lo, and
-// costs twice the multiply-adds; it keeps logits within ~3e-3 of an f32
-// forward pass where int8 moves them by up to ~0.7 (SmolLM2-135M).
-enum class ActQuant : uint8_t { Int8, Int16 };
+// How the fast backends feed activations to matmuls against quantized
+// weights. Int8 is llama.cpp's scheme (an int8 per element, a scale per
+// block) and the fastest. Int16 carries 15 significant bits as two int8
+// halves, a = 256 * hi + lo, for twice the multiply-adds. F32 does not
+// quantize: weights are dequantized and multiplied in f32, as the reference
+// does, at f32 FMA speed. On SmolLM2-135M the largest logit moves from an
+// f32 forward pass by ~0.7 (Int8), ~3e-3 (Int16), ~1e-4 (F32).
+enum class ActPrecision : uint8_t { Int8, Int16, F32 };
 
 struct Context {
     ThreadPool* pool = nullptr;
@@ -46,22 +50,23 @@ struct Context {
     uint64_t scratch_per_thread_bytes = 0;
     uint8_t* acts_q = nullptr;  // quantized activations
     uint64_t acts_q_bytes = 0;
-    ActQuant act_quant = ActQuant::Int16;
+    ActPrecision act_precision = ActPrecision::Int8;
     uint8_t* thread_scratch(int i) const {
         return scratch + scratch_per_thread_bytes * static_cast<uint64_t>(i);
     }
 };
 
 // Activations x (n_tokens, n) prepared for matmuls against weights of one
-// type: the fast kernels quantize x into Context::acts_q (layouts in
-// kernels/act-format.h); the reference and the float-weight kernels read f32.
+// type: the fast kernels quantize x into Context::acts_q (Int8, Int16;
+// layouts in kernels/act-format.h); the reference, the F32 precision and the
+// float-weight kernels read f32.
 struct Acts {
     const float* f32 = nullptr;  // (n_tokens, n)
     int64_t n_tokens = 0;
     int64_t n = 0;
     TensorType w_type = TensorType::F32;  // the weights these were prepared for
-    bool quantized = false;
-    ActQuant quant = ActQuant::Int8;
+    bool quantized = false;               // q holds them
+    ActPrecision quant = ActPrecision::Int8;
     const uint8_t* q = nullptr;  // (n_tokens, q_row_bytes)
     uint64_t q_row_bytes = 0;
 };
@@ -133,10 +138,12 @@ const Ops& ref_ops();
 const Ops* avx2_ops();
 const Ops* avx512_ops();
 
-// The activation quantization a new Context starts with: Int16 unless
-// HEADROOM_ACT_QUANT=int8 (or set_default_act_quant) says otherwise.
-ActQuant default_act_quant();
-void set_default_act_quant(ActQuant q);
+// The precision a Runner's Context starts with unless told: Int8, or
+// HEADROOM_ACT_PRECISION (int8, int16, f32).
+ActPrecision default_act_precision();
+// Parses "int8", "int16", "f32"; nullopt otherwise.
+std::optional<ActPrecision> act_precision_from_name(std::string_view name);
+std::string_view name(ActPrecision p);
 
 // Bytes each pool thread needs in Context::scratch for any backend, for a
 // model whose matmul inputs are at most max_in wide, whose heads are at most

@@ -22,7 +22,6 @@ ForwardBuffers carve_buffers(const ActivationLayout& l, uint8_t* arena, ThreadPo
     buf.ctx.scratch_per_thread_bytes = l.scratch_per_thread_bytes;
     buf.ctx.acts_q = arena + l.acts_q.offset;
     buf.ctx.acts_q_bytes = l.acts_q.size_bytes;
-    buf.ctx.act_quant = kernels::default_act_quant();
     return buf;
 }
 

@@ -54,7 +54,7 @@ bool same_bits(float a, float b) {
     return std::memcmp(&a, &b, 4) == 0;
 }
 
-class IntMatmul : public ::testing::TestWithParam<std::tuple<TensorType, ActQuant>> {};
+class IntMatmul : public ::testing::TestWithParam<std::tuple<TensorType, ActPrecision>> {};
 
 TEST_P(IntMatmul, MatchesTheSpecExactlyAndTheReferenceWithinTheQuantizationBound) {
     const auto [type, quant] = GetParam();
@@ -67,14 +67,14 @@ TEST_P(IntMatmul, MatchesTheSpecExactlyAndTheReferenceWithinTheQuantizationBound
     ref::matmul_int(w.m, x.data(), n_tokens, quant, spec.data());
 
     TestContext tc(3, static_cast<uint64_t>(n_cols), n_tokens);
-    tc.ctx().act_quant = quant;
+    tc.ctx().act_precision = quant;
     const auto exact = run(ref_ops(), w.m, x, n_tokens, tc.ctx());
 
     // |y - exact| <= sum_i |w_i| * d_i / 2 (each activation rounds by at most
     // half its block's step d), plus f32 accumulation slack.
     std::vector<float> wrow(static_cast<size_t>(n_cols));
     const int act_block = k ? 256 : 32;
-    const float max_q = quant == ActQuant::Int8 ? kInt8Max : kInt16Max;
+    const float max_q = quant == ActPrecision::Int8 ? kInt8Max : kInt16Max;
     std::vector<double> bound(spec.size());
     for (int64_t r = 0; r < n_rows; ++r) {
         ref::dequantize_row(type, w.m.data + static_cast<uint64_t>(r) * w.m.row_bytes, wrow.data(),
@@ -111,7 +111,7 @@ TEST_P(IntMatmul, ABatchGivesEachTokenWhatItGetsAlone) {
     const Weights w = random_weights(type, n_rows, n_cols, 3);
     const auto x = random_acts(n_tokens, n_cols, 5);
     TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
-    tc.ctx().act_quant = quant;
+    tc.ctx().act_precision = quant;
     for (const Ops* ops : fast_backends()) {
         SCOPED_TRACE(ops->name);
         const auto batch = run(*ops, w.m, x, n_tokens, tc.ctx());
@@ -125,17 +125,53 @@ TEST_P(IntMatmul, ABatchGivesEachTokenWhatItGetsAlone) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, IntMatmul,
-                         ::testing::Combine(::testing::Values(TensorType::Q4_0, TensorType::Q4_1,
-                                                              TensorType::Q5_0, TensorType::Q5_1,
-                                                              TensorType::Q8_0, TensorType::Q4_K,
-                                                              TensorType::Q5_K, TensorType::Q6_K),
-                                            ::testing::Values(ActQuant::Int8, ActQuant::Int16)),
-                         [](const auto& info) {
-                             return std::string(name(std::get<0>(info.param))) +
-                                    (std::get<1>(info.param) == ActQuant::Int8 ? "_Int8"
-                                                                               : "_Int16");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Types, IntMatmul,
+    ::testing::Combine(::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
+                                         TensorType::Q5_1, TensorType::Q8_0, TensorType::Q4_K,
+                                         TensorType::Q5_K, TensorType::Q6_K),
+                       ::testing::Values(ActPrecision::Int8, ActPrecision::Int16)),
+    [](const auto& info) {
+        return std::string(name(std::get<0>(info.param))) +
+               (std::get<1>(info.param) == ActPrecision::Int8 ? "_Int8" : "_Int16");
+    });
+
+class F32ActsMatmul : public ::testing::TestWithParam<TensorType> {};
+
+TEST_P(F32ActsMatmul, MatchesTheSpecExactlyAndTheReferenceToRounding) {
+    const TensorType type = GetParam();
+    const bool k = is_k_type(type);
+    const int64_t n_rows = 21, n_cols = k ? 768 : 352, n_tokens = 11;
+    const Weights w = random_weights(type, n_rows, n_cols, 31);
+    const auto x = random_acts(n_tokens, n_cols, 37);
+    std::vector<float> spec(static_cast<size_t>(n_tokens * n_rows));
+    ref::matmul_f32_acts(w.m, x.data(), n_tokens, spec.data());
+    TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
+    tc.ctx().act_precision = ActPrecision::F32;
+    const auto exact = run(ref_ops(), w.m, x, n_tokens, tc.ctx());
+    for (const Ops* ops : fast_backends()) {
+        SCOPED_TRACE(ops->name);
+        const auto y = run(*ops, w.m, x, n_tokens, tc.ctx());
+        for (size_t i = 0; i < y.size(); ++i) {
+            ASSERT_TRUE(same_bits(y[i], spec[i]))
+                << "element " << i << ": " << y[i] << " vs " << spec[i];
+            // The reference sums the same products without fma: n roundings apart.
+            ASSERT_NEAR(y[i], exact[i], 1e-5 * (1 + std::fabs(exact[i])));
+        }
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            const std::vector<float> one(x.begin() + t * n_cols, x.begin() + (t + 1) * n_cols);
+            const auto alone = run(*ops, w.m, one, 1, tc.ctx());
+            for (int64_t r = 0; r < n_rows; ++r)
+                ASSERT_TRUE(same_bits(alone[r], y[t * n_rows + r]));
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, F32ActsMatmul,
+                         ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
+                                           TensorType::Q5_1, TensorType::Q8_0, TensorType::Q4_K,
+                                           TensorType::Q5_K, TensorType::Q6_K),
+                         [](const auto& info) { return std::string(name(info.param)); });
 
 class FloatMatmul : public ::testing::TestWithParam<TensorType> {};
 

@@ -12,7 +12,7 @@
 
 namespace headroom::ref {
 
-using kernels::ActQuant;
+using kernels::ActPrecision;
 
 namespace {
 
@@ -159,8 +159,8 @@ float as_float(int64_t v) {
 
 }  // namespace
 
-void quantize_acts(const float* x, int64_t n, int block, ActQuant quant, int32_t* a, float* d) {
-    const float max_q = quant == ActQuant::Int8 ? kernels::kInt8Max : kernels::kInt16Max;
+void quantize_acts(const float* x, int64_t n, int block, ActPrecision quant, int32_t* a, float* d) {
+    const float max_q = quant == ActPrecision::Int8 ? kernels::kInt8Max : kernels::kInt16Max;
     for (int64_t b = 0; b < n / block; ++b) {
         const float* xb = x + b * block;
         float amax = 0;
@@ -174,7 +174,7 @@ void quantize_acts(const float* x, int64_t n, int block, ActQuant quant, int32_t
     }
 }
 
-void matmul_int(const kernels::Matrix& w, const float* x, int64_t n_tokens, ActQuant quant,
+void matmul_int(const kernels::Matrix& w, const float* x, int64_t n_tokens, ActPrecision quant,
                 float* y) {
     const int64_t n = w.n_cols;
     const auto& tt = traits(w.type);
@@ -205,7 +205,7 @@ void matmul_int(const kernels::Matrix& w, const float* x, int64_t n_tokens, ActQ
                 const int32_t offset = q6 ? 32 : 0;
                 int64_t s_whole = 0, s_hi = 0, s_lo = 0, m = 0;
                 for (int s = 0; s < 256 / sub; ++s) {
-                    if (quant == ActQuant::Int8) {
+                    if (quant == ActPrecision::Int8) {
                         s_whole +=
                             blk.sc[s] * dot(blk.q, offset, ab, s * sub, (s + 1) * sub, Part::Whole);
                     } else {
@@ -216,12 +216,25 @@ void matmul_int(const kernels::Matrix& w, const float* x, int64_t n_tokens, ActQ
                     }
                     if (!q6) m += blk.mn[s] * sum(ab, s * sub, (s + 1) * sub);
                 }
-                const float v = quant == ActQuant::Int8
+                const float v = quant == ActPrecision::Int8
                                     ? as_float(s_whole)
                                     : std::fma(as_float(s_hi), 256.0f, as_float(s_lo));
                 acc = std::fma(v, blk.d * dab, acc);
                 if (!q6) acc = std::fma(-as_float(m), blk.m * dab, acc);
             }
+            y[t * w.n_rows + r] = acc;
+        }
+    }
+}
+
+void matmul_f32_acts(const kernels::Matrix& w, const float* x, int64_t n_tokens, float* y) {
+    const int64_t n = w.n_cols;
+    std::vector<float> row(static_cast<size_t>(n));
+    for (int64_t r = 0; r < w.n_rows; ++r) {
+        dequantize_row(w.type, w.data + static_cast<uint64_t>(r) * w.row_bytes, row.data(), n);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            float acc = 0;
+            for (int64_t k = 0; k < n; ++k) acc = std::fma(row[k], x[t * n + k], acc);
             y[t * w.n_rows + r] = acc;
         }
     }

@@ -14,7 +14,7 @@ namespace headroom::ref {
 
 // One row x[0..n) quantized in blocks of `block`: a[i] (the Int8 value, or the
 // full Int16 value 256 * hi + lo) and d[n / block].
-void quantize_acts(const float* x, int64_t n, int block, kernels::ActQuant quant, int32_t* a,
+void quantize_acts(const float* x, int64_t n, int block, kernels::ActPrecision quant, int32_t* a,
                    float* d);
 
 // Splits an Int16 activation into its int8 halves (a = 256 * hi + lo).
@@ -32,8 +32,13 @@ inline void split_int16(int32_t a, int8_t* hi, int8_t* lo) {
 //                      S = sum_s sc_s * dot_s, M = sum_s m_s * asum_s
 //   Q4_K/Q5_K, Int16:  v = fma(S_hi, 256, S_lo); acc = fma(v, d * da, acc); M as above
 //   Q6_K:              as Q4_K without M, dot_s over (q - 32)
-void matmul_int(const kernels::Matrix& w, const float* x, int64_t n_tokens, kernels::ActQuant quant,
-                float* y);
+void matmul_int(const kernels::Matrix& w, const float* x, int64_t n_tokens,
+                kernels::ActPrecision quant, float* y);
+
+// y as the fast kernels compute it at ActPrecision::F32 for quantized weights:
+// each row dequantized by dequantize_row, then acc = fma(w_k, x_k, acc) for k
+// in order.
+void matmul_f32_acts(const kernels::Matrix& w, const float* x, int64_t n_tokens, float* y);
 
 // y as the float-weight kernels (F32, F16, BF16) compute it with `n_lanes`
 // lanes: lane l accumulates elements k = l (mod n_lanes) with fma in order;

@@ -22,6 +22,8 @@ using V = Avx512;
 void matmul(const Matrix& w, const Acts& x, float* y, const Context& ctx) {
     if (x.quantized) {
         matmul_int<V>(w, x, y, ctx);
+    } else if (is_int_type(w.type)) {
+        matmul_dequant<V>(w, x, y, ctx);
     } else if (w.type == TensorType::F32 || w.type == TensorType::F16 ||
                w.type == TensorType::BF16) {
         matmul_float<V>(w, x, y, ctx);

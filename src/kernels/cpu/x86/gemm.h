@@ -49,13 +49,13 @@ constexpr int32_t weight_offset(TensorType t) {
 // Quantizes one row x[0..n) as ref::quantize_acts does, and writes the sums
 // this backend's kernels need for weights of type wt (act-format.h).
 template <class V>
-void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActQuant quant,
+void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPrecision quant,
                       uint8_t* row) {
     using I = typename V::I;
     using F = typename V::F;
     constexpr int L = V::kLanes;
     const int bs = al.block;
-    const bool i16 = quant == ActQuant::Int16;
+    const bool i16 = quant == ActPrecision::Int16;
     const float max_q = i16 ? kInt16Max : kInt8Max;
     auto* qs = reinterpret_cast<int8_t*>(row);
     auto* lo = reinterpret_cast<int8_t*>(row + al.lo);
@@ -122,9 +122,9 @@ Acts prepare(const float* x, int64_t n_tokens, int64_t n, TensorType wt, const C
     a.n_tokens = n_tokens;
     a.n = n;
     a.w_type = wt;
-    if (!is_int_type(wt)) return a;
+    a.quant = ctx.act_precision;
+    if (!is_int_type(wt) || a.quant == ActPrecision::F32) return a;
     a.quantized = true;
-    a.quant = ctx.act_quant;
     const ActLayout al = act_layout(n, wt, a.quant);
     a.q = ctx.acts_q;
     a.q_row_bytes = al.row_bytes;
@@ -413,7 +413,7 @@ inline int64_t grab_size(int64_t n_groups, int n_threads) {
 template <class V>
 void matmul_int(const Matrix& w, const Acts& x, float* y, const Context& ctx) {
     constexpr int L = V::kLanes;
-    const bool i16 = x.quant == ActQuant::Int16;
+    const bool i16 = x.quant == ActPrecision::Int16;
     const IntKernel<V> kern =
         i16 ? int_kernel_for<V, true>(w.type) : int_kernel_for<V, false>(w.type);
     const ActLayout al = act_layout(w.n_cols, w.type, x.quant);
@@ -446,6 +446,155 @@ void matmul_int(const Matrix& w, const Acts& x, float* y, const Context& ctx) {
                                       row + al.sums, y + (t0 + t) * w.n_rows + r0};
                         }
                         kern.micro[nr](panel, stride, b0, n_chunk, tok, n_valid, b0 == 0);
+                    }
+                }
+            }
+        }
+    });
+}
+
+// ---- quantized weights, f32 activations (ActPrecision::F32) -------------------
+
+// Extracts byte c of every int32 lane as f32: unsigned, or sign-extended.
+template <class V, int C, bool kSigned>
+inline typename V::F byte_f32(typename V::I v) {
+    if constexpr (kSigned)
+        return V::cvt(V::template sra<24>(V::template sll<24 - 8 * C>(v)));
+    else
+        return V::cvt(V::and_(V::template srl<8 * C>(v), V::set1(0xFF)));
+}
+
+// fpanel[col][lane] = the weight as ref::dequantize_row computes it, for the
+// nb blocks of a packed chunk (same operations, same order).
+template <class V, bool kSigned>
+void dequant_cols(const uint8_t* vecs, int n_vec, typename V::F scale, typename V::F add,
+                  bool affine, typename V::F sub, float* out) {
+    using F = typename V::F;
+    constexpr int L = V::kLanes;
+    for (int j = 0; j < n_vec; ++j) {
+        const auto w = V::load(vecs + j * V::kBytes);
+        F q[4] = {byte_f32<V, 0, kSigned>(w), byte_f32<V, 1, kSigned>(w),
+                  byte_f32<V, 2, kSigned>(w), byte_f32<V, 3, kSigned>(w)};
+        for (int c = 0; c < 4; ++c) {
+            // affine: scale * q + add (Q4_1, Q5_1) or scale * q - sub (K types);
+            // else scale * (q - sub).
+            F v;
+            if (affine)
+                v = V::fsub(V::fadd(V::fmul(scale, q[c]), add), sub);
+            else
+                v = V::fmul(scale, V::fsub(q[c], sub));
+            V::fstore(out + (4 * j + c) * L, v);
+        }
+    }
+}
+
+template <class V>
+void dequant_panel(TensorType t, const uint8_t* panel, int64_t nb, float* out) {
+    using F = typename V::F;
+    using I = typename V::I;
+    constexpr int L = V::kLanes;
+    constexpr uint64_t vb = V::kBytes;
+    const uint64_t stride = panel_block_bytes<V>(t);
+    const F zero = V::fzero();
+    for (int64_t b = 0; b < nb; ++b, panel += stride) {
+        if (!is_k_type(t)) {
+            const F d = V::fload(reinterpret_cast<const float*>(panel + 8 * vb));
+            float* o = out + b * 32 * L;
+            if (t == TensorType::Q4_1 || t == TensorType::Q5_1) {
+                const F m = V::fload(reinterpret_cast<const float*>(panel + 9 * vb));
+                dequant_cols<V, false>(panel, 8, d, m, true, zero, o);
+            } else if (t == TensorType::Q8_0 && !V::kQ8Unsigned) {
+                dequant_cols<V, true>(panel, 8, d, zero, false, zero, o);
+            } else {
+                const float off = static_cast<float>(t == TensorType::Q4_0   ? 8
+                                                     : t == TensorType::Q5_0 ? 16
+                                                                             : 128);
+                dequant_cols<V, false>(panel, 8, d, zero, false, V::fset1(off), o);
+            }
+            continue;
+        }
+        float* o = out + b * 256 * L;
+        if (t == TensorType::Q6_K) {
+            const F d = V::fload(reinterpret_cast<const float*>(panel + 80 * vb));
+            for (int s = 0; s < 16; ++s) {
+                const F ds = V::fmul(d, V::cvt(V::load(panel + (64 + s) * vb)));
+                dequant_cols<V, false>(panel + 4 * s * vb, 4, ds, zero, false, V::fset1(32.0f),
+                                       o + 16 * s * L);
+            }
+            continue;
+        }
+        const F d = V::fload(reinterpret_cast<const float*>(panel + 76 * vb));
+        const F dmin = V::fload(reinterpret_cast<const float*>(panel + 77 * vb));
+        for (int s = 0; s < 8; ++s) {
+            const I pair = V::load(panel + (72 + s / 2) * vb);
+            const I m = s % 2 ? V::template srl<16>(pair) : V::and_(pair, V::set1(0xFFFF));
+            const F d1 = V::fmul(d, V::cvt(V::load(panel + (64 + s) * vb)));
+            const F m1 = V::fmul(dmin, V::cvt(m));
+            dequant_cols<V, false>(panel + 8 * s * vb, 8, d1, zero, true, m1, o + 32 * s * L);
+        }
+    }
+}
+
+// y for NR tokens over n_cols dequantized columns: acc = fma(w_k, x_k, acc), k in order.
+template <class V, int NR>
+void micro_f32(const float* fpanel, int64_t n_cols, const float* const* x, const Tok* tok,
+               int n_valid, bool first) {
+    using F = typename V::F;
+    constexpr int L = V::kLanes;
+    F acc[NR];
+    load_acc<V, NR>(acc, tok, n_valid, first);
+    for (int64_t k = 0; k < n_cols; ++k) {
+        const F w = V::fload(fpanel + k * L);
+        for (int t = 0; t < NR; ++t) acc[t] = V::fma(w, V::fbcast(x[t] + k), acc[t]);
+    }
+    store_acc<V, NR>(acc, tok, n_valid);
+}
+
+template <class V, int NR>
+void micro_f32_any(int nr, const float* fpanel, int64_t n_cols, const float* const* x,
+                   const Tok* tok, int n_valid, bool first) {
+    if constexpr (NR >= 1) {
+        if (nr == NR) return micro_f32<V, NR>(fpanel, n_cols, x, tok, n_valid, first);
+        micro_f32_any<V, NR - 1>(nr, fpanel, n_cols, x, tok, n_valid, first);
+    }
+}
+
+template <class V>
+void matmul_dequant(const Matrix& w, const Acts& x, float* y, const Context& ctx) {
+    constexpr int L = V::kLanes;
+    constexpr int NR = V::kNr32Int8;
+    const IntKernel<V> kern = int_kernel_for<V, false>(w.type);
+    const int block = is_k_type(w.type) ? 256 : 32;
+    const int64_t nb = w.n_cols / block;
+    const int64_t chunk = 256 / block;  // 256 columns: the f32 panel is 256 x L floats
+    const int64_t n_groups = (w.n_rows + L - 1) / L;
+    const int64_t grab = grab_size(n_groups, ctx.pool->n_threads());
+    std::atomic<int64_t> next{0};
+    ctx.pool->run([&](int thread) {
+        uint8_t* panel = ctx.thread_scratch(thread);
+        auto* fpanel = reinterpret_cast<float*>(panel + 16 * 1024);
+        Tok tok[NR];
+        const float* xs[NR];
+        for (;;) {
+            const int64_t g0 = next.fetch_add(grab, std::memory_order_relaxed);
+            if (g0 >= n_groups) break;
+            for (int64_t g = g0; g < std::min(n_groups, g0 + grab); ++g) {
+                const int64_t r0 = g * L;
+                const int n_valid = static_cast<int>(std::min<int64_t>(L, w.n_rows - r0));
+                const RowGroup<V> rg = make_row_group<V>(
+                    w.data + static_cast<uint64_t>(r0) * w.row_bytes, w.row_bytes, n_valid);
+                for (int64_t b0 = 0; b0 < nb; b0 += chunk) {
+                    const int64_t n_chunk = std::min<int64_t>(chunk, nb - b0);
+                    kern.pack(rg, b0, n_chunk, panel);
+                    dequant_panel<V>(w.type, panel, n_chunk, fpanel);
+                    for (int64_t t0 = 0; t0 < x.n_tokens; t0 += NR) {
+                        const int nr = static_cast<int>(std::min<int64_t>(NR, x.n_tokens - t0));
+                        for (int t = 0; t < nr; ++t) {
+                            xs[t] = x.f32 + (t0 + t) * x.n + b0 * block;
+                            tok[t].y = y + (t0 + t) * w.n_rows + r0;
+                        }
+                        micro_f32_any<V, NR>(nr, fpanel, n_chunk * block, xs, tok, n_valid,
+                                             b0 == 0);
                     }
                 }
             }

@@ -26,6 +26,8 @@ struct SeqKv;
 
 namespace headroom::kernels {
 
+struct Ops;
+
 // W (n_rows, n_cols) in `type`.
 struct Matrix {
     const uint8_t* data = nullptr;
@@ -33,6 +35,10 @@ struct Matrix {
     int64_t n_rows = 0;
     int64_t n_cols = 0;
     uint64_t row_bytes = 0;
+    // A copy of the weights in the layout `packed_for` reads fastest (made by
+    // its repack at load time), or null. Other backends read `data`.
+    const uint8_t* packed = nullptr;
+    const Ops* packed_for = nullptr;
 };
 
 // How the fast backends feed activations to matmuls against quantized
@@ -129,6 +135,14 @@ struct Ops {
     void (*gelu_mul)(float* gate, const float* up, int64_t n, const Context& ctx);
     // x += y, n elements.
     void (*add)(float* x, const float* y, int64_t n, const Context& ctx);
+
+    // Bytes of w's repacked copy in this backend's layout, or 0 if it reads
+    // w as stored. The copy replaces the stored weights in memory, and is
+    // their size rounded up to whole row groups (16 rows at most).
+    uint64_t (*packed_bytes)(const Matrix& w);
+    // Writes the copy (packed_bytes(w) bytes) to dst; then set w.packed = dst
+    // and w.packed_for = this table.
+    void (*repack)(const Matrix& w, uint8_t* dst, const Context& ctx);
 };
 
 // Best backend for this CPU (or HEADROOM_ISA).

@@ -50,6 +50,21 @@ std::vector<float> run(const Ops& ops, const Matrix& w, const std::vector<float>
     return y;
 }
 
+// w with its repacked copy for `ops` (in `store`), or w itself if ops reads
+// w as stored.
+Matrix repacked(const Ops& ops, const Matrix& w, std::vector<uint8_t>& store, Context& ctx) {
+    const uint64_t n = ops.packed_bytes(w);
+    if (n == 0) return w;
+    store.assign(n + 64, 0);
+    auto* dst = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(store.data()) + 63) &
+                                           ~uintptr_t{63});
+    ops.repack(w, dst, ctx);
+    Matrix p = w;
+    p.packed = dst;
+    p.packed_for = &ops;
+    return p;
+}
+
 bool same_bits(float a, float b) {
     return std::memcmp(&a, &b, 4) == 0;
 }
@@ -94,13 +109,21 @@ TEST_P(IntMatmul, MatchesTheSpecExactlyAndTheReferenceWithinTheQuantizationBound
         }
     }
 
+    std::vector<uint8_t> store;
     for (const Ops* ops : fast_backends()) {
-        SCOPED_TRACE(ops->name);
-        const auto y = run(*ops, w.m, x, n_tokens, tc.ctx());
-        for (size_t i = 0; i < y.size(); ++i) {
-            ASSERT_TRUE(same_bits(y[i], spec[i])) << "y[" << i / n_rows << ", " << i % n_rows
-                                                  << "] = " << y[i] << ", spec " << spec[i];
-            ASSERT_LE(std::fabs(y[i] - exact[i]), bound[i]) << "element " << i;
+        for (const bool packed : {false, true}) {
+            SCOPED_TRACE(std::string(ops->name) + (packed ? " repacked" : " as stored"));
+            const Matrix m = packed ? repacked(*ops, w.m, store, tc.ctx()) : w.m;
+            // Decode-sized calls read the weights directly, batches go through a panel.
+            for (const int64_t nt : {int64_t{1}, int64_t{3}, n_tokens}) {
+                const auto y = run(*ops, m, x, nt, tc.ctx());
+                for (size_t i = 0; i < y.size(); ++i) {
+                    ASSERT_TRUE(same_bits(y[i], spec[i]))
+                        << nt << " tokens: y[" << i / n_rows << ", " << i % n_rows << "] = " << y[i]
+                        << ", spec " << spec[i];
+                    ASSERT_LE(std::fabs(y[i] - exact[i]), bound[i]) << "element " << i;
+                }
+            }
         }
     }
 }
@@ -112,12 +135,14 @@ TEST_P(IntMatmul, ABatchGivesEachTokenWhatItGetsAlone) {
     const auto x = random_acts(n_tokens, n_cols, 5);
     TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
     tc.ctx().act_precision = quant;
+    std::vector<uint8_t> store;
     for (const Ops* ops : fast_backends()) {
         SCOPED_TRACE(ops->name);
-        const auto batch = run(*ops, w.m, x, n_tokens, tc.ctx());
+        const Matrix m = repacked(*ops, w.m, store, tc.ctx());
+        const auto batch = run(*ops, m, x, n_tokens, tc.ctx());
         for (int64_t t = 0; t < n_tokens; ++t) {
             const std::vector<float> one(x.begin() + t * n_cols, x.begin() + (t + 1) * n_cols);
-            const auto alone = run(*ops, w.m, one, 1, tc.ctx());
+            const auto alone = run(*ops, m, one, 1, tc.ctx());
             for (int64_t r = 0; r < n_rows; ++r)
                 ASSERT_TRUE(same_bits(alone[r], batch[t * n_rows + r]))
                     << "token " << t << " row " << r;
@@ -149,9 +174,11 @@ TEST_P(F32ActsMatmul, MatchesTheSpecExactlyAndTheReferenceToRounding) {
     TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
     tc.ctx().act_precision = ActPrecision::F32;
     const auto exact = run(ref_ops(), w.m, x, n_tokens, tc.ctx());
+    std::vector<uint8_t> store;
     for (const Ops* ops : fast_backends()) {
         SCOPED_TRACE(ops->name);
-        const auto y = run(*ops, w.m, x, n_tokens, tc.ctx());
+        const Matrix m = repacked(*ops, w.m, store, tc.ctx());
+        const auto y = run(*ops, m, x, n_tokens, tc.ctx());
         for (size_t i = 0; i < y.size(); ++i) {
             ASSERT_TRUE(same_bits(y[i], spec[i]))
                 << "element " << i << ": " << y[i] << " vs " << spec[i];
@@ -160,7 +187,7 @@ TEST_P(F32ActsMatmul, MatchesTheSpecExactlyAndTheReferenceToRounding) {
         }
         for (int64_t t = 0; t < n_tokens; ++t) {
             const std::vector<float> one(x.begin() + t * n_cols, x.begin() + (t + 1) * n_cols);
-            const auto alone = run(*ops, w.m, one, 1, tc.ctx());
+            const auto alone = run(*ops, m, one, 1, tc.ctx());
             for (int64_t r = 0; r < n_rows; ++r)
                 ASSERT_TRUE(same_bits(alone[r], y[t * n_rows + r]));
         }

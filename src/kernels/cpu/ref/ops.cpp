@@ -106,11 +106,17 @@ void ref_add(float* x, const float* y, int64_t n, const Context&) {
     add(x, y, n);
 }
 
+uint64_t ref_packed_bytes(const Matrix&) {
+    return 0;
+}
+void ref_repack(const Matrix&, uint8_t*, const Context&) {}
+
 }  // namespace
 
 const Ops& ref_ops() {
-    static const Ops kOps = {"ref",    ref_prepare,  ref_matmul,   ref_attention, ref_rmsnorm,
-                             ref_rope, ref_silu_mul, ref_gelu_mul, ref_add};
+    static const Ops kOps = {"ref",       ref_prepare,      ref_matmul,   ref_attention,
+                             ref_rmsnorm, ref_rope,         ref_silu_mul, ref_gelu_mul,
+                             ref_add,     ref_packed_bytes, ref_repack};
     return kOps;
 }
 

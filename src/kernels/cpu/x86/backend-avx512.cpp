@@ -20,10 +20,11 @@ namespace {
 using V = Avx512;
 
 void matmul(const Matrix& w, const Acts& x, float* y, const Context& ctx) {
+    const bool packed = w.packed && w.packed_for == &avx512_table();
     if (x.quantized) {
-        matmul_int<V>(w, x, y, ctx);
+        matmul_int<V>(w, x, y, ctx, packed);
     } else if (is_int_type(w.type)) {
-        matmul_dequant<V>(w, x, y, ctx);
+        matmul_dequant<V>(w, x, y, ctx, packed);
     } else if (w.type == TensorType::F32 || w.type == TensorType::F16 ||
                w.type == TensorType::BF16) {
         matmul_float<V>(w, x, y, ctx);
@@ -42,8 +43,8 @@ void attend(const AttentionArgs& a, const Context& ctx) {
 }  // namespace
 
 const Ops& avx512_table() {
-    static const Ops kOps = {"avx512", prepare<V>,  matmul,      attend, rmsnorm<V>,
-                             rope<V>,  silu_mul<V>, gelu_mul<V>, add<V>};
+    static const Ops kOps = {"avx512",    prepare<V>,  matmul, attend,          rmsnorm<V>, rope<V>,
+                             silu_mul<V>, gelu_mul<V>, add<V>, packed_bytes<V>, repack<V>};
     return kOps;
 }
 

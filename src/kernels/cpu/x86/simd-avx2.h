@@ -139,6 +139,15 @@ struct Avx2 {
     }
     static F half_hi_to_f32(I a) { return half_lo_to_f32(_mm256_srli_epi32(a, 16)); }
 
+    // Stores the low 16 bits of each lane (kLanes u16).
+    static void store_lo16(void* p, I a) {
+        const __m256i q = _mm256_permute4x64_epi64(
+            _mm256_packus_epi32(_mm256_and_si256(a, _mm256_set1_epi32(0xFFFF)),
+                                _mm256_setzero_si256()),
+            _MM_SHUFFLE(3, 1, 2, 0));
+        _mm_storeu_si128(static_cast<__m128i*>(p), _mm256_castsi256_si128(q));
+    }
+
     // ---- gathering rows for the packers ----
     static I gather32(const uint8_t* base, I idx) {
         return _mm256_i32gather_epi32(reinterpret_cast<const int*>(base), idx, 1);
@@ -202,6 +211,9 @@ struct Avx2 {
     }
 
     static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+    static void prefetch_l2(const void* p) {
+        _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
+    }
 };
 
 }  // namespace headroom::kernels::x86

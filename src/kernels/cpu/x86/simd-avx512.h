@@ -119,6 +119,11 @@ struct Avx512 {
         return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(a, 16)));
     }
 
+    // Stores the low 16 bits of each lane (kLanes u16).
+    static void store_lo16(void* p, I a) {
+        _mm256_storeu_si256(static_cast<__m256i*>(p), _mm512_cvtepi32_epi16(a));
+    }
+
     // ---- gathering rows for the packers ----
     // int32 lane r = 4 bytes at base + idx[r].
     static I gather32(const uint8_t* base, I idx) { return _mm512_i32gather_epi32(idx, base, 1); }
@@ -196,6 +201,9 @@ struct Avx512 {
     }
 
     static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+    static void prefetch_l2(const void* p) {
+        _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
+    }
 };
 
 }  // namespace headroom::kernels::x86

@@ -67,6 +67,54 @@ inline void load_kv_row(KvDtype dtype, const uint8_t* src, int n, float* dst) {
     }
 }
 
+// QB query heads of one token (consecutive heads: q rows hk apart, states
+// stride apart) against the current key tile, keys [j0, j1) valid: the steps
+// of the file comment, interleaved across the heads for instruction-level
+// parallelism. Each head's operations and their order are a single head's, and
+// a token's heads are always grouped the same way.
+template <class V, int QB>
+__attribute__((noinline)) void attend_heads(const float* q, float* st, uint64_t stride,
+                                   const AttnScratch<V>& sc, uint32_t hk, uint32_t hv, int j0,
+                                   int j1, float scale) {
+    using F = typename V::F;
+    constexpr int L = V::kLanes;
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    F s[QB][4];
+    for (int h = 0; h < QB; ++h)
+        for (int k = 0; k < 4; ++k) s[h][k] = V::fzero();
+    for (uint32_t d = 0; d < hk; d += 4) {
+        for (int k = 0; k < 4; ++k) {
+            const F kv = V::fload(sc.kt + (d + k) * L);
+            for (int h = 0; h < QB; ++h)
+                s[h][k] = V::fma(V::fbcast(q + h * hk + d + k), kv, s[h][k]);
+        }
+    }
+    alignas(64) float pj[QB][L];
+    float c[QB];
+    for (int h = 0; h < QB; ++h) {
+        float* sth = st + h * stride;
+        F sv =
+            V::fmul(V::fadd(V::fadd(s[h][0], s[h][1]), V::fadd(s[h][2], s[h][3])), V::fset1(scale));
+        sv = V::fkeep(sv, j0, j1, neg_inf);
+        const float m_new = std::max(sth[0], V::reduce_max(sv));
+        c[h] = std::exp(sth[0] - m_new);
+        const F p = V::fkeep(exp<V>(V::fsub(sv, V::fset1(m_new))), j0, j1, 0.0f);
+        sth[0] = m_new;
+        sth[1] = sth[1] * c[h] + V::reduce_halving(p);
+        V::fstore(pj[h], p);
+    }
+    for (uint32_t d = 0; d < hv; d += L) {
+        F o[QB];
+        for (int h = 0; h < QB; ++h)
+            o[h] = V::fmul(V::fload(st + h * stride + 2 + d), V::fset1(c[h]));
+        for (int j = j0; j < j1; ++j) {
+            const F vj = V::fload(sc.v + j * hv + d);
+            for (int h = 0; h < QB; ++h) o[h] = V::fma(V::fset1(pj[h][j]), vj, o[h]);
+        }
+        for (int h = 0; h < QB; ++h) V::fstore(st + h * stride + 2 + d, o[h]);
+    }
+}
+
 template <class V>
 void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t t0, int64_t t1,
                 const AttnScratch<V>& sc) {
@@ -127,35 +175,20 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
             if (pos < p0 || first >= p0 + L) continue;
             const int j0 = static_cast<int>(std::max(first, p0) - p0);
             const int j1 = static_cast<int>(std::min(pos + 1, p0 + L) - p0);
-            for (uint32_t gi = 0; gi < group; ++gi) {
-                const uint32_t h = kv_h * group + gi;
-                const float* q = a.q + (t * a.n_head + h) * hk;
-                float* st = sc.state + ((t - t0) * group + gi) * state_stride;
-                F s0 = V::fzero(), s1 = V::fzero(), s2 = V::fzero(), s3 = V::fzero();
-                for (uint32_t d = 0; d < hk; d += 4) {
-                    s0 = V::fma(V::fbcast(q + d), V::fload(sc.kt + d * L), s0);
-                    s1 = V::fma(V::fbcast(q + d + 1), V::fload(sc.kt + (d + 1) * L), s1);
-                    s2 = V::fma(V::fbcast(q + d + 2), V::fload(sc.kt + (d + 2) * L), s2);
-                    s3 = V::fma(V::fbcast(q + d + 3), V::fload(sc.kt + (d + 3) * L), s3);
-                }
-                F s = V::fmul(V::fadd(V::fadd(s0, s1), V::fadd(s2, s3)), V::fset1(a.scale));
-                s = V::fkeep(s, j0, j1, neg_inf);
-                const float m = st[0];
-                const float m_new = std::max(m, V::reduce_max(s));
-                const float c = std::exp(m - m_new);
-                const F p = V::fkeep(exp<V>(V::fsub(s, V::fset1(m_new))), j0, j1, 0.0f);
-                st[0] = m_new;
-                st[1] = st[1] * c + V::reduce_halving(p);
-                alignas(64) float pj[L];
-                V::fstore(pj, p);
-                float* acc = st + 2;
-                const F vc = V::fset1(c);
-                for (uint32_t d = 0; d < hv; d += L) {
-                    F o = V::fmul(V::fload(acc + d), vc);
-                    for (int j = j0; j < j1; ++j)
-                        o = V::fma(V::fset1(pj[j]), V::fload(sc.v + j * hv + d), o);
-                    V::fstore(acc + d, o);
-                }
+            const float* q = a.q + (t * a.n_head + kv_h * group) * hk;
+            float* st = sc.state + (t - t0) * group * state_stride;
+            for (uint32_t gi = 0; gi < group; gi += 4) {
+                const uint32_t n = std::min<uint32_t>(4, group - gi);
+                const float* qs = q + gi * hk;
+                float* sts = st + gi * state_stride;
+                if (n == 4)
+                    attend_heads<V, 4>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
+                else if (n == 3)
+                    attend_heads<V, 3>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
+                else if (n == 2)
+                    attend_heads<V, 2>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
+                else
+                    attend_heads<V, 1>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
             }
         }
     }

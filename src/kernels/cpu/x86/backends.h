@@ -4,6 +4,10 @@
 
 #include "kernels/kernels.h"
 
+// The readers and the per-block arithmetic of the shared kernels must inline
+// into the kernels: called, their vectors would round-trip through the stack.
+#define HR_KERNEL_INLINE inline __attribute__((always_inline))
+
 namespace headroom::kernels::x86 {
 
 // Batch tokens per attention work item (attention.h); sizes its scratch.

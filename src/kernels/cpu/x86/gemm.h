@@ -484,8 +484,10 @@ IntKernel<V> int_kernel(TensorType t, bool i16, bool packed) {
 }
 
 // Row groups handed out per grab: small enough to balance, large enough to
-// keep the shared counter quiet.
-inline int64_t grab_size(int64_t n_groups, int n_threads) {
+// keep the shared counter quiet. A batch makes each group a large piece of
+// work: then one at a time.
+inline int64_t grab_size(int64_t n_groups, int n_threads, int64_t n_tokens) {
+    if (n_tokens >= 16) return 1;
     return std::max<int64_t>(1, n_groups / (8 * static_cast<int64_t>(n_threads)));
 }
 
@@ -504,10 +506,10 @@ inline void prefetch_slice(const uint8_t* base, uint64_t bytes, int64_t slice, i
 // Runs fn(g, thread) for every row group of w, groups handed out from a
 // shared counter.
 template <class V, class Fn>
-void for_each_group(const Matrix& w, const Context& ctx, Fn&& fn) {
+void for_each_group(const Matrix& w, int64_t n_tokens, const Context& ctx, Fn&& fn) {
     constexpr int L = V::kLanes;
     const int64_t n_groups = (w.n_rows + L - 1) / L;
-    const int64_t grab = grab_size(n_groups, ctx.pool->n_threads());
+    const int64_t grab = grab_size(n_groups, ctx.pool->n_threads(), n_tokens);
     std::atomic<int64_t> next{0};
     ctx.pool->run([&](int thread) {
         for (;;) {
@@ -531,7 +533,7 @@ template <class V, TensorType T>
 void repack_matrix(const Matrix& w, uint8_t* dst, const Context& ctx) {
     constexpr int L = V::kLanes;
     const int64_t nb = w.n_cols / static_cast<int64_t>(traits(T).block_size);
-    for_each_group<V>(w, ctx, [&](int64_t g, bool, int) {
+    for_each_group<V>(w, 1, ctx, [&](int64_t g, bool, int) {
         const int64_t r0 = g * L;
         const int n_valid = static_cast<int>(std::min<int64_t>(L, w.n_rows - r0));
         const RowGroup<V> rg = make_row_group<V>(w.data + static_cast<uint64_t>(r0) * w.row_bytes,
@@ -574,7 +576,7 @@ void matmul_int(const Matrix& w, const Acts& x, float* y, const Context& ctx, bo
     const int64_t nb = w.n_cols / al.block;
     const int64_t n_chunks = (nb + kern.chunk - 1) / kern.chunk;
     const bool direct = x.n_tokens <= kern.nr_max;
-    for_each_group<V>(w, ctx, [&](int64_t g, bool more, int thread) {
+    for_each_group<V>(w, x.n_tokens, ctx, [&](int64_t g, bool more, int thread) {
         uint8_t* panel = ctx.thread_scratch(thread);
         Tok tok[16];
         const int64_t r0 = g * L;
@@ -727,7 +729,7 @@ void matmul_dequant(const Matrix& w, const Acts& x, float* y, const Context& ctx
     const int block = is_k_type(w.type) ? 256 : 32;
     const int64_t nb = w.n_cols / block;
     const int64_t chunk = 256 / block;  // 256 columns: the f32 panel is 256 x L floats
-    for_each_group<V>(w, ctx, [&](int64_t g, bool, int thread) {
+    for_each_group<V>(w, x.n_tokens, ctx, [&](int64_t g, bool, int thread) {
         uint8_t* panel = ctx.thread_scratch(thread);
         auto* fpanel = reinterpret_cast<float*>(panel + 16 * 1024);
         Tok tok[NR];
@@ -818,7 +820,7 @@ template <class V>
 void matmul_float(const Matrix& w, const Acts& x, float* y, const Context& ctx) {
     constexpr int MR = V::kFloatMr;
     const int64_t n_groups = (w.n_rows + MR - 1) / MR;
-    const int64_t grab = grab_size(n_groups, ctx.pool->n_threads());
+    const int64_t grab = grab_size(n_groups, ctx.pool->n_threads(), x.n_tokens);
     std::atomic<int64_t> next{0};
     ctx.pool->run([&](int) {
         for (;;) {

@@ -37,10 +37,7 @@
 #include <cstdint>
 
 #include "format/tensor-type.h"
-
-// The readers and the per-block arithmetic must inline into the kernels: called,
-// their vectors would round-trip through the stack.
-#define HR_KERNEL_INLINE inline __attribute__((always_inline))
+#include "kernels/cpu/x86/backends.h"
 
 namespace headroom::kernels::x86 {
 

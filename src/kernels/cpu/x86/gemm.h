@@ -488,7 +488,7 @@ IntKernel<V> int_kernel(TensorType t, bool i16, bool packed) {
 // work: then one at a time.
 inline int64_t grab_size(int64_t n_groups, int n_threads, int64_t n_tokens) {
     if (n_tokens >= 16) return 1;
-    return std::max<int64_t>(1, n_groups / (8 * static_cast<int64_t>(n_threads)));
+    return std::max<int64_t>(1, n_groups / (32 * static_cast<int64_t>(n_threads)));
 }
 
 // A row group's rows are contiguous, but RowsSrc reads them as 16

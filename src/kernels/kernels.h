@@ -118,6 +118,10 @@ struct Ops {
     // reduction order depends only on its row and column, never on n_tokens
     // (batch invariance).
     void (*matmul)(const Matrix& w, const Acts& x, float* y, const Context& ctx);
+    // ys[i] = x @ ws[i]^T for n <= 4 matrices of one type and width (a
+    // layer's Q, K and V; gate and up), as one piece of work for the pool.
+    void (*matmul_n)(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
+                     const Context& ctx);
     // Flash-style attention over KV blocks: online softmax over tiles of keys.
     // Each (token, head) is computed independently of the batch's other tokens.
     void (*attention)(const AttentionArgs& args, const Context& ctx);

@@ -87,11 +87,19 @@ class Gemma3Model final : public Model {
 
             ops.rmsnorm(buf.x, l.attn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
             auto acts = ops.prepare(buf.xb, T, h.n_embd, l.wq.type, buf.ctx);
-            ops.matmul(l.wq, acts, buf.q, buf.ctx);
-            if (l.wk.type != l.wq.type) acts = ops.prepare(buf.xb, T, h.n_embd, l.wk.type, buf.ctx);
-            ops.matmul(l.wk, acts, buf.k, buf.ctx);
-            if (l.wv.type != l.wk.type) acts = ops.prepare(buf.xb, T, h.n_embd, l.wv.type, buf.ctx);
-            ops.matmul(l.wv, acts, buf.v, buf.ctx);
+            if (l.wk.type == l.wq.type && l.wv.type == l.wq.type) {
+                const kernels::Matrix* ws[3] = {&l.wq, &l.wk, &l.wv};
+                float* ys[3] = {buf.q, buf.k, buf.v};
+                ops.matmul_n(ws, ys, 3, acts, buf.ctx);
+            } else {
+                ops.matmul(l.wq, acts, buf.q, buf.ctx);
+                if (l.wk.type != l.wq.type)
+                    acts = ops.prepare(buf.xb, T, h.n_embd, l.wk.type, buf.ctx);
+                ops.matmul(l.wk, acts, buf.k, buf.ctx);
+                if (l.wv.type != l.wk.type)
+                    acts = ops.prepare(buf.xb, T, h.n_embd, l.wv.type, buf.ctx);
+                ops.matmul(l.wv, acts, buf.v, buf.ctx);
+            }
             ops.rmsnorm(buf.q, l.q_norm, 0.0f, h.rms_eps, T * h.n_head, h.head_dim_k, buf.q,
                         buf.ctx);
             ops.rmsnorm(buf.k, l.k_norm, 0.0f, h.rms_eps, T * h.n_head_kv, h.head_dim_k, buf.k,
@@ -109,10 +117,15 @@ class Gemma3Model final : public Model {
 
             ops.rmsnorm(buf.x, l.ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
             acts = ops.prepare(buf.xb, T, h.n_embd, l.w_gate.type, buf.ctx);
-            ops.matmul(l.w_gate, acts, buf.gate, buf.ctx);
-            if (l.w_up.type != l.w_gate.type)
+            if (l.w_up.type == l.w_gate.type) {
+                const kernels::Matrix* ws[2] = {&l.w_gate, &l.w_up};
+                float* ys[2] = {buf.gate, buf.up};
+                ops.matmul_n(ws, ys, 2, acts, buf.ctx);
+            } else {
+                ops.matmul(l.w_gate, acts, buf.gate, buf.ctx);
                 acts = ops.prepare(buf.xb, T, h.n_embd, l.w_up.type, buf.ctx);
-            ops.matmul(l.w_up, acts, buf.up, buf.ctx);
+                ops.matmul(l.w_up, acts, buf.up, buf.ctx);
+            }
             ops.gelu_mul(buf.gate, buf.up, T * h.n_ff, buf.ctx);
             acts = ops.prepare(buf.gate, T, h.n_ff, l.w_down.type, buf.ctx);
             ops.matmul(l.w_down, acts, buf.xb, buf.ctx);

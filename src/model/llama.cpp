@@ -88,11 +88,19 @@ class LlamaModel final : public Model {
             const LayerWeights& l = w_.layers[il];
             ops.rmsnorm(buf.x, l.attn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
             auto acts = ops.prepare(buf.xb, T, h.n_embd, l.wq.type, buf.ctx);
-            ops.matmul(l.wq, acts, buf.q, buf.ctx);
-            if (l.wk.type != l.wq.type) acts = ops.prepare(buf.xb, T, h.n_embd, l.wk.type, buf.ctx);
-            ops.matmul(l.wk, acts, buf.k, buf.ctx);
-            if (l.wv.type != l.wk.type) acts = ops.prepare(buf.xb, T, h.n_embd, l.wv.type, buf.ctx);
-            ops.matmul(l.wv, acts, buf.v, buf.ctx);
+            if (l.wk.type == l.wq.type && l.wv.type == l.wq.type) {
+                const kernels::Matrix* ws[3] = {&l.wq, &l.wk, &l.wv};
+                float* ys[3] = {buf.q, buf.k, buf.v};
+                ops.matmul_n(ws, ys, 3, acts, buf.ctx);
+            } else {
+                ops.matmul(l.wq, acts, buf.q, buf.ctx);
+                if (l.wk.type != l.wq.type)
+                    acts = ops.prepare(buf.xb, T, h.n_embd, l.wk.type, buf.ctx);
+                ops.matmul(l.wk, acts, buf.k, buf.ctx);
+                if (l.wv.type != l.wk.type)
+                    acts = ops.prepare(buf.xb, T, h.n_embd, l.wv.type, buf.ctx);
+                ops.matmul(l.wv, acts, buf.v, buf.ctx);
+            }
             if (l.bq) {
                 for (int64_t t = 0; t < T; ++t) {
                     ops.add(buf.q + t * q_dim, l.bq, q_dim, buf.ctx);
@@ -117,10 +125,15 @@ class LlamaModel final : public Model {
 
             ops.rmsnorm(buf.x, l.ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
             acts = ops.prepare(buf.xb, T, h.n_embd, l.w_gate.type, buf.ctx);
-            ops.matmul(l.w_gate, acts, buf.gate, buf.ctx);
-            if (l.w_up.type != l.w_gate.type)
+            if (l.w_up.type == l.w_gate.type) {
+                const kernels::Matrix* ws[2] = {&l.w_gate, &l.w_up};
+                float* ys[2] = {buf.gate, buf.up};
+                ops.matmul_n(ws, ys, 2, acts, buf.ctx);
+            } else {
+                ops.matmul(l.w_gate, acts, buf.gate, buf.ctx);
                 acts = ops.prepare(buf.xb, T, h.n_embd, l.w_up.type, buf.ctx);
-            ops.matmul(l.w_up, acts, buf.up, buf.ctx);
+                ops.matmul(l.w_up, acts, buf.up, buf.ctx);
+            }
             ops.silu_mul(buf.gate, buf.up, T * h.n_ff, buf.ctx);
             acts = ops.prepare(buf.gate, T, h.n_ff, l.w_down.type, buf.ctx);
             ops.matmul(l.w_down, acts, buf.xb, buf.ctx);

@@ -106,6 +106,11 @@ void ref_add(float* x, const float* y, int64_t n, const Context&) {
     add(x, y, n);
 }
 
+void ref_matmul_n(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
+                  const Context& ctx) {
+    for (int i = 0; i < n; ++i) ref_matmul(*ws[i], x, ys[i], ctx);
+}
+
 uint64_t ref_packed_bytes(const Matrix&) {
     return 0;
 }
@@ -114,9 +119,9 @@ void ref_repack(const Matrix&, uint8_t*, const Context&) {}
 }  // namespace
 
 const Ops& ref_ops() {
-    static const Ops kOps = {"ref",       ref_prepare,      ref_matmul,   ref_attention,
-                             ref_rmsnorm, ref_rope,         ref_silu_mul, ref_gelu_mul,
-                             ref_add,     ref_packed_bytes, ref_repack};
+    static const Ops kOps = {"ref",         ref_prepare, ref_matmul,       ref_matmul_n,
+                             ref_attention, ref_rmsnorm, ref_rope,         ref_silu_mul,
+                             ref_gelu_mul,  ref_add,     ref_packed_bytes, ref_repack};
     return kOps;
 }
 

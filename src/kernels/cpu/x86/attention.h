@@ -74,8 +74,8 @@ inline void load_kv_row(KvDtype dtype, const uint8_t* src, int n, float* dst) {
 // a token's heads are always grouped the same way.
 template <class V, int QB>
 __attribute__((noinline)) void attend_heads(const float* q, float* st, uint64_t stride,
-                                   const AttnScratch<V>& sc, uint32_t hk, uint32_t hv, int j0,
-                                   int j1, float scale) {
+                                            const AttnScratch<V>& sc, uint32_t hk, uint32_t hv,
+                                            int j0, int j1, float scale) {
     using F = typename V::F;
     constexpr int L = V::kLanes;
     const float neg_inf = -std::numeric_limits<float>::infinity();

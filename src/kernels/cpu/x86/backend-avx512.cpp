@@ -19,10 +19,16 @@ namespace {
 
 using V = Avx512;
 
+bool is_packed(const Matrix& w) {
+    return w.packed && w.packed_for == &avx512_table();
+}
+
 void matmul(const Matrix& w, const Acts& x, float* y, const Context& ctx) {
-    const bool packed = w.packed && w.packed_for == &avx512_table();
+    const bool packed = is_packed(w);
     if (x.quantized) {
-        matmul_int<V>(w, x, y, ctx, packed);
+        const Matrix* ws[1] = {&w};
+        float* ys[1] = {y};
+        matmul_int<V>(ws, ys, 1, x, ctx, &packed);
     } else if (is_int_type(w.type)) {
         matmul_dequant<V>(w, x, y, ctx, packed);
     } else if (w.type == TensorType::F32 || w.type == TensorType::F16 ||
@@ -31,6 +37,16 @@ void matmul(const Matrix& w, const Acts& x, float* y, const Context& ctx) {
     } else {
         ref_ops().matmul(w, x, y, ctx);
     }
+}
+
+void matmul_n(const Matrix* const* ws, float* const* ys, int n, const Acts& x, const Context& ctx) {
+    if (!x.quantized) {
+        for (int i = 0; i < n; ++i) matmul(*ws[i], x, ys[i], ctx);
+        return;
+    }
+    bool packed[4];
+    for (int i = 0; i < n; ++i) packed[i] = is_packed(*ws[i]);
+    matmul_int<V>(ws, ys, n, x, ctx, packed);
 }
 
 void attend(const AttentionArgs& a, const Context& ctx) {
@@ -43,8 +59,9 @@ void attend(const AttentionArgs& a, const Context& ctx) {
 }  // namespace
 
 const Ops& avx512_table() {
-    static const Ops kOps = {"avx512",    prepare<V>,  matmul, attend,          rmsnorm<V>, rope<V>,
-                             silu_mul<V>, gelu_mul<V>, add<V>, packed_bytes<V>, repack<V>};
+    static const Ops kOps = {"avx512",    prepare<V>, matmul,          matmul_n,
+                             attend,      rmsnorm<V>, rope<V>,         silu_mul<V>,
+                             gelu_mul<V>, add<V>,     packed_bytes<V>, repack<V>};
     return kOps;
 }
 

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "core/check.h"
 #include "core/thread-pool.h"
 #include "kernels/act-format.h"
 #include "kernels/cpu/x86/pack.h"
@@ -567,49 +568,80 @@ void repack(const Matrix& w, uint8_t* dst, const Context& ctx) {
     }
 }
 
-// `packed`: w.packed holds this backend's repacked copy.
+// y_i = x @ W_i^T for n matrices of one type and width (a layer's Q, K, V, or
+// gate and up) as one piece of work: their row groups are handed out from one
+// counter, so the threads finish together once, not n times.
+// packed[i]: W_i.packed holds this backend's repacked copy.
 template <class V>
-void matmul_int(const Matrix& w, const Acts& x, float* y, const Context& ctx, bool packed) {
+void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x, const Context& ctx,
+                const bool* packed) {
     constexpr int L = V::kLanes;
-    const IntKernel<V> kern = int_kernel<V>(w.type, x.quant == ActPrecision::Int16, packed);
-    const ActLayout al = act_layout(w.n_cols, w.type, x.quant);
-    const int64_t nb = w.n_cols / al.block;
-    const int64_t n_chunks = (nb + kern.chunk - 1) / kern.chunk;
-    const bool direct = x.n_tokens <= kern.nr_max;
-    for_each_group<V>(w, x.n_tokens, ctx, [&](int64_t g, bool more, int thread) {
+    constexpr int kMaxMatrices = 4;
+    HR_CHECK(n >= 1 && n <= kMaxMatrices);
+    const Matrix& w0 = *ws[0];
+    const ActLayout al = act_layout(w0.n_cols, w0.type, x.quant);
+    const int64_t nb = w0.n_cols / al.block;
+    IntKernel<V> kern[kMaxMatrices];
+    int64_t first_group[kMaxMatrices + 1];
+    first_group[0] = 0;
+    for (int i = 0; i < n; ++i) {
+        kern[i] = int_kernel<V>(ws[i]->type, x.quant == ActPrecision::Int16, packed[i]);
+        first_group[i + 1] = first_group[i] + (ws[i]->n_rows + L - 1) / L;
+    }
+    const int64_t n_chunks = (nb + kern[0].chunk - 1) / kern[0].chunk;
+    const bool direct = x.n_tokens <= kern[0].nr_max;
+    const int64_t n_groups = first_group[n];
+    const int64_t grab = grab_size(n_groups, ctx.pool->n_threads(), x.n_tokens);
+    std::atomic<int64_t> next{0};
+    ctx.pool->run([&](int thread) {
         uint8_t* panel = ctx.thread_scratch(thread);
         Tok tok[16];
-        const int64_t r0 = g * L;
-        const int n_valid = static_cast<int>(std::min<int64_t>(L, w.n_rows - r0));
-        const uint64_t at = static_cast<uint64_t>(r0) * w.row_bytes;
-        RowGroup<V> rg;
-        GroupRef<V> ref{&rg, nullptr};
-        if (packed)
-            ref.packed = w.packed + at;
-        else
-            rg = make_row_group<V>(w.data + at, w.row_bytes, n_valid);
-        // The next group of this thread's grab, if any.
-        const uint64_t next_bytes =
-            more && !packed
-                ? static_cast<uint64_t>(std::min<int64_t>(L, w.n_rows - r0 - L)) * w.row_bytes
-                : 0;
-        for (int64_t b0 = 0; b0 < nb; b0 += kern.chunk) {
-            const int64_t n_chunk = std::min<int64_t>(kern.chunk, nb - b0);
-            if (next_bytes)
-                prefetch_slice<V>(w.data + at + L * w.row_bytes, next_bytes, b0 / kern.chunk,
-                                  n_chunks);
-            if (!direct) kern.pack(ref, b0, n_chunk, panel);
-            for (int64_t t0 = 0; t0 < x.n_tokens; t0 += kern.nr_max) {
-                const int nr = static_cast<int>(std::min<int64_t>(kern.nr_max, x.n_tokens - t0));
-                for (int t = 0; t < nr; ++t) {
-                    const uint8_t* row = x.q + static_cast<uint64_t>(t0 + t) * x.q_row_bytes;
-                    tok[t] = {row, row + al.lo, reinterpret_cast<const float*>(row + al.d),
-                              row + al.sums, y + (t0 + t) * w.n_rows + r0};
-                }
-                if (direct)
-                    kern.direct[nr](ref, b0, n_chunk, tok, n_valid, b0 == 0);
+        for (;;) {
+            const int64_t g0 = next.fetch_add(grab, std::memory_order_relaxed);
+            if (g0 >= n_groups) break;
+            const int64_t g1 = std::min(n_groups, g0 + grab);
+            for (int64_t gg = g0; gg < g1; ++gg) {
+                int i = 0;
+                while (gg >= first_group[i + 1]) ++i;
+                const Matrix& w = *ws[i];
+                const IntKernel<V>& k = kern[i];
+                float* y = ys[i];
+                const int64_t r0 = (gg - first_group[i]) * L;
+                const int n_valid = static_cast<int>(std::min<int64_t>(L, w.n_rows - r0));
+                const uint64_t at = static_cast<uint64_t>(r0) * w.row_bytes;
+                RowGroup<V> rg;
+                GroupRef<V> ref{&rg, nullptr};
+                if (packed[i])
+                    ref.packed = w.packed + at;
                 else
-                    kern.panel[nr](panel, b0, n_chunk, tok, n_valid, b0 == 0);
+                    rg = make_row_group<V>(w.data + at, w.row_bytes, n_valid);
+                // The next group of this grab in the same matrix, if any.
+                const uint64_t next_bytes =
+                    gg + 1 < std::min(g1, first_group[i + 1]) && !packed[i]
+                        ? static_cast<uint64_t>(std::min<int64_t>(L, w.n_rows - r0 - L)) *
+                              w.row_bytes
+                        : 0;
+                for (int64_t b0 = 0; b0 < nb; b0 += k.chunk) {
+                    const int64_t n_chunk = std::min<int64_t>(k.chunk, nb - b0);
+                    if (next_bytes)
+                        prefetch_slice<V>(w.data + at + L * w.row_bytes, next_bytes, b0 / k.chunk,
+                                          n_chunks);
+                    if (!direct) k.pack(ref, b0, n_chunk, panel);
+                    for (int64_t t0 = 0; t0 < x.n_tokens; t0 += k.nr_max) {
+                        const int nr =
+                            static_cast<int>(std::min<int64_t>(k.nr_max, x.n_tokens - t0));
+                        for (int t = 0; t < nr; ++t) {
+                            const uint8_t* row =
+                                x.q + static_cast<uint64_t>(t0 + t) * x.q_row_bytes;
+                            tok[t] = {row, row + al.lo, reinterpret_cast<const float*>(row + al.d),
+                                      row + al.sums, y + (t0 + t) * w.n_rows + r0};
+                        }
+                        if (direct)
+                            k.direct[nr](ref, b0, n_chunk, tok, n_valid, b0 == 0);
+                        else
+                            k.panel[nr](panel, b0, n_chunk, tok, n_valid, b0 == 0);
+                    }
+                }
             }
         }
     });

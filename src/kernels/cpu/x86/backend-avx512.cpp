@@ -10,6 +10,7 @@
 #include "kernels/cpu/x86/attention.h"
 #include "kernels/cpu/x86/backends.h"
 #include "kernels/cpu/x86/elementwise.h"
+#include "kernels/cpu/x86/gemm-f32.h"
 #include "kernels/cpu/x86/gemm.h"
 #include "kernels/cpu/x86/simd-avx512.h"
 

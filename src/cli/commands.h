@@ -13,6 +13,8 @@ void add_quantize_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+// `bench`: the single-sequence speed benchmark, with `bench serve` under it.
+void add_bench_command(CLI::App& app);
 // `bench serve`, registered under the bench command.
 void add_bench_serve_subcommand(CLI::App& bench);
 void add_serve_command(CLI::App& app);

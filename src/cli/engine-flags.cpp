@@ -32,6 +32,12 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f, uint32_t default_num_seqs) 
     cmd->add_option("--kv-dtype", f.kv_dtype, "KV cache element type: f16, bf16, f32 or q8_0")
         ->capture_default_str();
     cmd->add_option("-t,--threads", f.threads, "Worker threads (default: physical cores)");
+    cmd->add_option("--act-precision", f.act_precision,
+                    "How matmuls take activations against quantized weights: int8 (as llama.cpp, "
+                    "fastest), int16 (15 bits, 2x the multiply-adds) or f32 (exact, f32 speed)")
+        ->default_str(f.act_precision.empty()
+                          ? std::string(kernels::name(kernels::default_act_precision()))
+                          : f.act_precision);
     cmd->add_flag("--swa-full", f.swa_full,
                   "Cache the whole context for sliding-window layers too (attention still uses the "
                   "window): more memory, as engines without windowed KV need");
@@ -51,6 +57,11 @@ RunnerOptions runner_options(const EngineFlags& f, uint32_t default_num_seqs) {
     o.config.kv_dtype = *dtype;
     o.config.n_threads = static_cast<uint32_t>(f.threads > 0 ? f.threads : physical_core_count());
     o.prefix_caching = f.prefix_caching;
+    if (!f.act_precision.empty()) {
+        const auto p = kernels::act_precision_from_name(f.act_precision);
+        if (!p) fail("--act-precision '{}': expected int8, int16 or f32", f.act_precision);
+        o.act_precision = *p;
+    }
     o.config.swa_full = f.swa_full;
     if (!f.kv_cache_memory.empty()) {
         o.budget.kv_cache_bytes = parse_bytes_or_throw(f.kv_cache_memory, "--kv-cache-memory");

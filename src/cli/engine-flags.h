@@ -21,6 +21,7 @@ struct EngineFlags {
     int threads = 0;  // 0: physical cores
     bool prefix_caching = true;
     bool swa_full = false;
+    std::string act_precision;  // empty: kernels::default_act_precision()
 };
 
 // Registers the flags on `cmd`; `default_num_seqs` is shown as the default of --max-num-seqs.

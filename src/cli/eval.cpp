@@ -52,6 +52,9 @@ void add_eval_command(CLI::App& app) {
         "eval",
         "Score a token sequence: perplexity over windows of --ctx tokens (the second half of "
         "each window is scored, as llama.cpp's perplexity tool does), and optionally dump logits");
+    // eval is for checking logits against other implementations: exact f32
+    // activations unless --act-precision asks for the engine's faster ones.
+    o->engine.act_precision = "f32";
     add_engine_flags(cmd, o->engine, 1);
     auto* tok = cmd->add_option("--tokens", o->tokens, "Comma-separated token ids to score");
     cmd->add_option("-f,--file", o->text_file,

@@ -24,9 +24,7 @@ int main(int argc, char** argv) {
     headroom::cli::add_quantize_command(app);
     headroom::cli::add_synth_command(app);
     headroom::cli::add_eval_command(app);
-    auto* bench = app.add_subcommand("bench", "Benchmarks");
-    bench->require_subcommand(1);
-    headroom::cli::add_bench_serve_subcommand(*bench);
+    headroom::cli::add_bench_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

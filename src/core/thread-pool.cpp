@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <set>
 #include <string>
@@ -26,11 +27,13 @@ inline void cpu_relax() {
 #endif
 }
 
-constexpr int kSpinIterations = 20000;
+// How long a worker spins for the next job before it sleeps.
+constexpr auto kSpin = std::chrono::microseconds(1000);
 
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(n_threads < 1 ? 1 : n_threads), slots_(new Slot[n_threads < 1 ? 1 : n_threads]) {
     threads_.resize(n_threads_ - 1);
     for (int i = 1; i < n_threads_; ++i) {
         pthread_attr_t attr;
@@ -44,8 +47,8 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads
 }
 
 ThreadPool::~ThreadPool() {
-    stop_.store(true, std::memory_order_release);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+    stop_.store(true);
+    generation_.fetch_add(1);
     generation_.notify_all();
     for (auto& t : threads_) pthread_join(t, nullptr);
 }
@@ -60,21 +63,36 @@ void* ThreadPool::worker_main(void* arg) {
 }
 
 void ThreadPool::worker_loop(int index) {
+    Slot& slot = slots_[index];
     uint32_t seen = 0;
     for (;;) {
         uint32_t g = generation_.load(std::memory_order_acquire);
-        for (int spin = 0; g == seen && spin < kSpinIterations; ++spin) {
-            cpu_relax();
-            g = generation_.load(std::memory_order_acquire);
+        if (g == seen) {
+            const auto until = std::chrono::steady_clock::now() + kSpin;
+            while (g == seen) {
+                for (int i = 0; i < 64 && g == seen; ++i) {
+                    cpu_relax();
+                    g = generation_.load(std::memory_order_acquire);
+                }
+                if (g == seen && std::chrono::steady_clock::now() > until) break;
+            }
         }
         while (g == seen) {
-            generation_.wait(seen, std::memory_order_acquire);
+            // seq_cst pairs with dispatch(): either it sees us sleeping and
+            // wakes us, or we see its new generation here.
+            n_sleeping_.fetch_add(1);
+            g = generation_.load();
+            if (g == seen) generation_.wait(seen);
+            n_sleeping_.fetch_sub(1);
             g = generation_.load(std::memory_order_acquire);
         }
         seen = g;
         if (stop_.load(std::memory_order_acquire)) return;
+        uint32_t expected = kPending;
+        if (!slot.state.compare_exchange_strong(expected, kRunning, std::memory_order_acquire))
+            continue;  // the caller ran this share
         thunk_(ctx_, index);
-        n_pending_.fetch_sub(1, std::memory_order_acq_rel);
+        slot.state.store(kIdle, std::memory_order_release);
     }
 }
 
@@ -85,11 +103,18 @@ void ThreadPool::dispatch(Thunk thunk, void* ctx) {
     }
     thunk_ = thunk;
     ctx_ = ctx;
-    n_pending_.store(n_threads_ - 1, std::memory_order_release);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
-    generation_.notify_all();
+    for (int i = 1; i < n_threads_; ++i) slots_[i].state.store(kPending, std::memory_order_release);
+    generation_.fetch_add(1);
+    if (n_sleeping_.load() > 0) generation_.notify_all();
     thunk(ctx, 0);
-    while (n_pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+    for (int i = 1; i < n_threads_; ++i) {
+        uint32_t expected = kPending;
+        if (slots_[i].state.compare_exchange_strong(expected, kIdle, std::memory_order_acquire)) {
+            thunk(ctx, i);  // not started yet: run the share here rather than wait for it
+            continue;
+        }
+        while (slots_[i].state.load(std::memory_order_acquire) != kIdle) cpu_relax();
+    }
 }
 
 int physical_core_count() {

@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "core/check.h"
 #include "core/error.h"
 #include "core/progress.h"
@@ -24,6 +28,7 @@ Runner::Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& o
     cache_ = std::make_unique<KvCache>(plan_, model.hparams(), options.prefix_caching);
     arena_ = Region(plan_.activations.total_bytes, "activation arena");
     buffers_ = carve_buffers(plan_.activations, arena_.data(), &pool_);
+    buffers_.ctx.act_precision = options.act_precision;
     sampler_scratch_ = reinterpret_cast<float*>(arena_.data() + plan_.activations.sampler.offset);
 
     ledger_.reserve(Term::Weights, plan_.weights_bytes);
@@ -49,32 +54,40 @@ float* Runner::forward(const Batch& batch) {
 
 void Runner::prefault_weights(const Model& model, bool progress) {
     // The tensors of one file are contiguous in its data section: walk from
-    // the lowest to the highest tensor address.
+    // the lowest to the highest tensor address, skipping matrices the backend
+    // repacked at load (their copies are resident; their file pages stay out).
     const auto& w = model.weights();
     const uint8_t* lo = w.tok_embd.data;
     const uint8_t* hi =
         w.tok_embd.data + w.tok_embd.row_bytes * static_cast<uint64_t>(w.tok_embd.n_rows);
+    std::vector<std::pair<const uint8_t*, const uint8_t*>> skip;
     auto extend = [&](const kernels::Matrix& m) {
+        const uint8_t* end = m.data + m.row_bytes * static_cast<uint64_t>(m.n_rows);
         lo = std::min(lo, m.data);
-        hi = std::max(hi, m.data + m.row_bytes * static_cast<uint64_t>(m.n_rows));
+        hi = std::max(hi, end);
+        if (m.packed) skip.emplace_back(m.data, end);
     };
     extend(w.output);
     for (const auto& l : w.layers)
         for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
             extend(*m);
+    std::sort(skip.begin(), skip.end());
     const uint64_t n_bytes = static_cast<uint64_t>(hi - lo);
     constexpr uint64_t kPage = 4096;
     constexpr uint64_t kChunk = 64ull << 20;
     Progress bar("loading weights", n_bytes, progress && n_bytes > (256ull << 20));
     volatile uint8_t sink = 0;
+    size_t next_skip = 0;
     for (uint64_t off = 0; off < n_bytes; off += kChunk) {
         const uint64_t n = std::min(kChunk, n_bytes - off);
         const auto* base = lo + off;
-        ::madvise(const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(
-                      reinterpret_cast<uintptr_t>(base) & ~(kPage - 1))),
-                  n + (reinterpret_cast<uintptr_t>(base) & (kPage - 1)), MADV_WILLNEED);
         uint8_t acc = 0;
-        for (uint64_t i = 0; i < n; i += kPage) acc ^= base[i];
+        for (uint64_t i = 0; i < n; i += kPage) {
+            const uint8_t* p = base + i;
+            while (next_skip < skip.size() && skip[next_skip].second <= p) ++next_skip;
+            if (next_skip < skip.size() && skip[next_skip].first <= p) continue;
+            acc ^= *p;
+        }
         sink = sink ^ acc;
         bar.update(off + n, format_bytes(off + n));
     }

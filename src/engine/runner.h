@@ -22,6 +22,8 @@ struct RunnerOptions {
     EngineConfig config;
     BudgetSpec budget;
     bool prefix_caching = true;
+    // How matmuls against quantized weights take activations (kernels.h).
+    kernels::ActPrecision act_precision = kernels::default_act_precision();
 };
 
 class Runner {

@@ -1,19 +1,38 @@
+// Backend choice and the scratch sizes every backend agrees to. This file is
+// compiled for the baseline ISA: it checks the CPU before it touches an
+// ISA-specific table.
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
 #include "core/error.h"
+#include "kernels/act-format.h"
+#include "kernels/cpu/x86/backends.h"
 #include "kernels/kernels.h"
 
 namespace headroom::kernels {
 
-const Ops* avx2_ops() {
-    return nullptr;
-}
-const Ops* avx512_ops() {
-    return nullptr;
+namespace {
+
+bool cpu_has_avx2() {
+#if defined(__x86_64__)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+#else
+    return false;
+#endif
 }
 
-namespace {
+bool cpu_has_avx512() {
+#if defined(__x86_64__)
+    return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni") &&
+           __builtin_cpu_supports("avx512bf16");
+#else
+    return false;
+#endif
+}
 
 const Ops& choose() {
     const char* env = std::getenv("HEADROOM_ISA");
@@ -33,11 +52,71 @@ const Ops& choose() {
     return ref_ops();
 }
 
+ActPrecision initial_act_precision() {
+    const char* env = std::getenv("HEADROOM_ACT_PRECISION");
+    if (!env || !*env) return ActPrecision::Int8;
+    if (const auto p = act_precision_from_name(env)) return *p;
+    fail("HEADROOM_ACT_PRECISION={}: expected int8, int16 or f32", env);
+}
+
 }  // namespace
+
+const Ops* avx2_ops() {
+    return cpu_has_avx2() ? &x86::avx2_table() : nullptr;
+}
+
+const Ops* avx512_ops() {
+    return cpu_has_avx512() ? &x86::avx512_table() : nullptr;
+}
 
 const Ops& ops() {
     static const Ops& chosen = choose();
     return chosen;
+}
+
+ActPrecision default_act_precision() {
+    static const ActPrecision p = initial_act_precision();
+    return p;
+}
+
+std::optional<ActPrecision> act_precision_from_name(std::string_view n) {
+    if (n == "int8") return ActPrecision::Int8;
+    if (n == "int16") return ActPrecision::Int16;
+    if (n == "f32") return ActPrecision::F32;
+    return std::nullopt;
+}
+
+std::string_view name(ActPrecision p) {
+    switch (p) {
+        case ActPrecision::Int8:
+            return "int8";
+        case ActPrecision::Int16:
+            return "int16";
+        case ActPrecision::F32:
+            return "f32";
+    }
+    return "?";
+}
+
+uint64_t thread_scratch_bytes(uint64_t max_in, uint64_t max_head, uint64_t group) {
+    // Reference: a dequantized weight row; K, V and the accumulator of one query.
+    const uint64_t ref = std::max(max_in, 3 * max_head) * 4;
+    // x86 matmul: one packed chunk of a row group (16 blocks of at most
+    // 40 x 16 bytes, or 2 superblocks of at most 324 x 16 bytes), and for
+    // F32 precision that chunk dequantized (256 columns x 16 rows of f32).
+    const uint64_t panel = 32 * 1024;
+    // x86 attention (kLanes <= 16): K rows, K transposed, V rows, and per query
+    // of a window m, l and the accumulator.
+    const uint64_t attn = (3 * 16 * max_head + x86::kQueryWindow * group * (max_head + 2)) * 4;
+    return (std::max({ref, panel, attn}) + 63) / 64 * 64;
+}
+
+uint64_t acts_row_bytes(uint64_t n) {
+    // Row sizes grow with n, so the widest rows of each layout that fit in n
+    // bound every narrower input too.
+    const auto n32 = static_cast<int64_t>(n / 32 * 32), n256 = static_cast<int64_t>(n / 256 * 256);
+    return std::max(act_layout(n32, TensorType::Q4_0, ActPrecision::Int16).row_bytes,
+                    act_layout(n256, TensorType::Q4_K, ActPrecision::Int16).row_bytes);
 }
 
 }  // namespace headroom::kernels

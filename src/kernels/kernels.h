@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string_view>
 
 #include "format/tensor-type.h"
 #include "memory/kv-dtype.h"
@@ -24,6 +26,8 @@ struct SeqKv;
 
 namespace headroom::kernels {
 
+struct Ops;
+
 // W (n_rows, n_cols) in `type`.
 struct Matrix {
     const uint8_t* data = nullptr;
@@ -31,7 +35,21 @@ struct Matrix {
     int64_t n_rows = 0;
     int64_t n_cols = 0;
     uint64_t row_bytes = 0;
+    // A copy of the weights in the layout `packed_for` reads fastest (made by
+    // its repack at load time), or null. Other backends read `data`.
+    const uint8_t* packed = nullptr;
+    const Ops* packed_for = nullptr;
 };
+
+// How the fast backends feed activations to matmuls against quantized
+// weights. Int8 is llama.cpp's scheme (an int8 per element, a scale per
+// block) and the fastest. Int16 carries 15 significant bits as two int8
+// halves, a = 256 * hi + lo, for twice the multiply-adds. F32 does not
+// quantize: weights are dequantized and multiplied in f32, as the reference
+// does, at f32 FMA speed. Against transformers' f32 logits, the largest
+// difference on SmolLM2-135M (Gemma-3-270M) is 0.91 (2.0) with Int8, 5e-3
+// (8e-3) with Int16, 2e-4 (5e-4) with F32 (tests/kernels/test_act_precision_logits.py).
+enum class ActPrecision : uint8_t { Int8, Int16, F32 };
 
 struct Context {
     ThreadPool* pool = nullptr;
@@ -39,19 +57,24 @@ struct Context {
     uint64_t scratch_per_thread_bytes = 0;
     uint8_t* acts_q = nullptr;  // quantized activations
     uint64_t acts_q_bytes = 0;
+    ActPrecision act_precision = ActPrecision::Int8;
     uint8_t* thread_scratch(int i) const {
         return scratch + scratch_per_thread_bytes * static_cast<uint64_t>(i);
     }
 };
 
 // Activations x (n_tokens, n) prepared for matmuls against weights of one
-// type: some kernels quantize x (to Q8_0, Q8_K...) into Context::acts_q.
+// type: the fast kernels quantize x into Context::acts_q (Int8, Int16;
+// layouts in kernels/act-format.h); the reference, the F32 precision and the
+// float-weight kernels read f32.
 struct Acts {
     const float* f32 = nullptr;  // (n_tokens, n)
     int64_t n_tokens = 0;
     int64_t n = 0;
-    TensorType q_type = TensorType::F32;  // F32: not quantized
-    const uint8_t* q = nullptr;           // (n_tokens, q_row_bytes)
+    TensorType w_type = TensorType::F32;  // the weights these were prepared for
+    bool quantized = false;               // q holds them
+    ActPrecision quant = ActPrecision::Int8;
+    const uint8_t* q = nullptr;  // (n_tokens, q_row_bytes)
     uint64_t q_row_bytes = 0;
 };
 
@@ -95,8 +118,36 @@ struct Ops {
     // reduction order depends only on its row and column, never on n_tokens
     // (batch invariance).
     void (*matmul)(const Matrix& w, const Acts& x, float* y, const Context& ctx);
+    // ys[i] = x @ ws[i]^T for n <= 4 matrices of one type and width (a
+    // layer's Q, K and V; gate and up), as one piece of work for the pool.
+    void (*matmul_n)(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
+                     const Context& ctx);
     // Flash-style attention over KV blocks: online softmax over tiles of keys.
+    // Each (token, head) is computed independently of the batch's other tokens.
     void (*attention)(const AttentionArgs& args, const Context& ctx);
+
+    // Elementwise ops, parallel over the pool; each output row depends only
+    // on its own input row.
+    // out[t] = x[t] / rms(x[t]) * (w + weight_offset); out may equal x.
+    void (*rmsnorm)(const float* x, const float* w, float weight_offset, float eps,
+                    int64_t n_tokens, int64_t n, float* out, const Context& ctx);
+    // Rotates x (n_tokens, n_head, head_dim) in place at each token's position.
+    void (*rope)(float* x, int64_t n_tokens, const uint32_t* positions, const RopeArgs& args,
+                 const Context& ctx);
+    // gate = silu(gate) * up (SwiGLU), n elements.
+    void (*silu_mul)(float* gate, const float* up, int64_t n, const Context& ctx);
+    // gate = gelu_tanh(gate) * up (GeGLU, Gemma), n elements.
+    void (*gelu_mul)(float* gate, const float* up, int64_t n, const Context& ctx);
+    // x += y, n elements.
+    void (*add)(float* x, const float* y, int64_t n, const Context& ctx);
+
+    // Bytes of w's repacked copy in this backend's layout, or 0 if it reads
+    // w as stored. The copy replaces the stored weights in memory, and is
+    // their size rounded up to whole row groups (16 rows at most).
+    uint64_t (*packed_bytes)(const Matrix& w);
+    // Writes the copy (packed_bytes(w) bytes) to dst; then set w.packed = dst
+    // and w.packed_for = this table.
+    void (*repack)(const Matrix& w, uint8_t* dst, const Context& ctx);
 };
 
 // Best backend for this CPU (or HEADROOM_ISA).
@@ -106,18 +157,27 @@ const Ops& ref_ops();
 const Ops* avx2_ops();
 const Ops* avx512_ops();
 
-// ---- elementwise ops (reference implementations, fast enough: O(n)) ----
+// The precision a Runner's Context starts with unless told: Int8, or
+// HEADROOM_ACT_PRECISION (int8, int16, f32).
+ActPrecision default_act_precision();
+// Parses "int8", "int16", "f32"; nullopt otherwise.
+std::optional<ActPrecision> act_precision_from_name(std::string_view name);
+std::string_view name(ActPrecision p);
 
-// out[t] = x[t] / rms(x[t]) * (w + weight_offset); out may equal x.
+// Bytes each pool thread needs in Context::scratch for any backend, for a
+// model whose matmul inputs are at most max_in wide, whose heads are at most
+// max_head wide, with `group` query heads per KV head.
+uint64_t thread_scratch_bytes(uint64_t max_in, uint64_t max_head, uint64_t group);
+// Bytes of Context::acts_q one token of n activations needs for any backend.
+uint64_t acts_row_bytes(uint64_t n);
+
+// ---- scalar elementwise ops (the reference implementations) ----
+
 void rmsnorm(const float* x, const float* w, float weight_offset, float eps, int64_t n_tokens,
              int64_t n, float* out);
-// Rotates x (n_tokens, n_head, head_dim) in place at each token's position.
 void rope(float* x, int64_t n_tokens, const uint32_t* positions, const RopeArgs& args);
-// gate = silu(gate) * up  (SwiGLU), n elements.
 void silu_mul(float* gate, const float* up, int64_t n);
-// gate = gelu_tanh(gate) * up  (GeGLU, Gemma).
 void gelu_mul(float* gate, const float* up, int64_t n);
-// x += y, n elements.
 void add(float* x, const float* y, int64_t n);
 // Stores one row (n floats) as `dtype` (K/V into the cache).
 void store_row(const float* x, int64_t n, KvDtype dtype, uint8_t* dst);

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "format/tensor-type.h"
+#include "kernels/kernels.h"
 
 namespace headroom {
 
@@ -14,17 +14,6 @@ constexpr uint32_t kAttnTile = 64;
 
 uint64_t align_up(uint64_t n) {
     return (n + kAlign - 1) / kAlign * kAlign;
-}
-
-// Bytes of one row of activations quantized for a kernel: the largest of the
-// block formats the matmul kernels use (Q8_0, Q8_1 for 32-element weight
-// blocks, Q8_K for 256-element ones), or f32 when no block size fits.
-uint64_t quantized_row_bytes(uint64_t n) {
-    uint64_t bytes = n * 4;
-    if (n % 32 == 0)
-        bytes = std::max({row_bytes(TensorType::Q8_0, n), row_bytes(TensorType::Q8_1, n)});
-    if (n % 256 == 0) bytes = std::max(bytes, row_bytes(TensorType::Q8_K, n));
-    return std::max<uint64_t>(bytes, n * 2);  // f16/bf16 activations for f16/bf16 weights
 }
 
 }  // namespace
@@ -58,13 +47,14 @@ ActivationLayout plan_activations(const HParams& hp, uint32_t n_tokens, uint32_t
     take(a.attn, T * attn_dim * 4);
     take(a.gate, T * hp.n_ff * 4);
     take(a.up, T * hp.n_ff * 4);
-    take(a.acts_q, T * quantized_row_bytes(max_in));
+    // Activations quantized for the integer matmuls, in the largest layout any
+    // backend uses for inputs up to max_in wide (kernels/act-format.h).
+    take(a.acts_q, T * kernels::acts_row_bytes(max_in));
     take(a.logits, uint64_t{n_logit_rows} * hp.n_vocab * 4);
-    // Per thread: a tile of scores, dequantized K and V tiles, the output
-    // accumulator, and a dequantized weight row (for the reference matmul).
-    a.scratch_per_thread_bytes =
-        align_up(kAttnTile * 4 + 2 * uint64_t{kAttnTile} * max_head * 4 + max_head * 4 +
-                 max_in * 4 + std::max<uint64_t>(hp.n_embd, max_in) * 4);
+    // Per thread: a packed weight panel, attention tiles and per-query state,
+    // or the reference kernels' dequantized rows, whichever is largest.
+    a.scratch_per_thread_bytes = kernels::thread_scratch_bytes(
+        max_in, max_head, hp.n_head_kv ? hp.n_head / hp.n_head_kv : 1);
     take(a.thread_scratch, a.scratch_per_thread_bytes * n_threads);
     take(a.sampler, uint64_t{hp.n_vocab} * 16);
     a.total_bytes = at;

@@ -85,38 +85,52 @@ class Gemma3Model final : public Model {
             kernels::RopeArgs rope_k = rope_q;
             rope_k.n_head = h.n_head_kv;
 
-            kernels::rmsnorm(buf.x, l.attn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb);
+            ops.rmsnorm(buf.x, l.attn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
             auto acts = ops.prepare(buf.xb, T, h.n_embd, l.wq.type, buf.ctx);
-            ops.matmul(l.wq, acts, buf.q, buf.ctx);
-            if (l.wk.type != l.wq.type) acts = ops.prepare(buf.xb, T, h.n_embd, l.wk.type, buf.ctx);
-            ops.matmul(l.wk, acts, buf.k, buf.ctx);
-            if (l.wv.type != l.wk.type) acts = ops.prepare(buf.xb, T, h.n_embd, l.wv.type, buf.ctx);
-            ops.matmul(l.wv, acts, buf.v, buf.ctx);
-            kernels::rmsnorm(buf.q, l.q_norm, 0.0f, h.rms_eps, T * h.n_head, h.head_dim_k, buf.q);
-            kernels::rmsnorm(buf.k, l.k_norm, 0.0f, h.rms_eps, T * h.n_head_kv, h.head_dim_k,
-                             buf.k);
-            kernels::rope(buf.q, T, batch.positions.data(), rope_q);
-            kernels::rope(buf.k, T, batch.positions.data(), rope_k);
+            if (l.wk.type == l.wq.type && l.wv.type == l.wq.type) {
+                const kernels::Matrix* ws[3] = {&l.wq, &l.wk, &l.wv};
+                float* ys[3] = {buf.q, buf.k, buf.v};
+                ops.matmul_n(ws, ys, 3, acts, buf.ctx);
+            } else {
+                ops.matmul(l.wq, acts, buf.q, buf.ctx);
+                if (l.wk.type != l.wq.type)
+                    acts = ops.prepare(buf.xb, T, h.n_embd, l.wk.type, buf.ctx);
+                ops.matmul(l.wk, acts, buf.k, buf.ctx);
+                if (l.wv.type != l.wk.type)
+                    acts = ops.prepare(buf.xb, T, h.n_embd, l.wv.type, buf.ctx);
+                ops.matmul(l.wv, acts, buf.v, buf.ctx);
+            }
+            ops.rmsnorm(buf.q, l.q_norm, 0.0f, h.rms_eps, T * h.n_head, h.head_dim_k, buf.q,
+                        buf.ctx);
+            ops.rmsnorm(buf.k, l.k_norm, 0.0f, h.rms_eps, T * h.n_head_kv, h.head_dim_k, buf.k,
+                        buf.ctx);
+            ops.rope(buf.q, T, batch.positions.data(), rope_q, buf.ctx);
+            ops.rope(buf.k, T, batch.positions.data(), rope_k, buf.ctx);
             write_kv(batch, cache, il, buf.k, buf.v);
             attn.layer = il;
             attn.window = local ? h.sliding_window : 0;
             ops.attention(attn, buf.ctx);
             acts = ops.prepare(buf.attn, T, attn_dim, l.wo.type, buf.ctx);
             ops.matmul(l.wo, acts, buf.xb, buf.ctx);
-            kernels::rmsnorm(buf.xb, l.post_attn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb);
-            kernels::add(buf.x, buf.xb, T * h.n_embd);
+            ops.rmsnorm(buf.xb, l.post_attn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
+            ops.add(buf.x, buf.xb, T * h.n_embd, buf.ctx);
 
-            kernels::rmsnorm(buf.x, l.ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb);
+            ops.rmsnorm(buf.x, l.ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
             acts = ops.prepare(buf.xb, T, h.n_embd, l.w_gate.type, buf.ctx);
-            ops.matmul(l.w_gate, acts, buf.gate, buf.ctx);
-            if (l.w_up.type != l.w_gate.type)
+            if (l.w_up.type == l.w_gate.type) {
+                const kernels::Matrix* ws[2] = {&l.w_gate, &l.w_up};
+                float* ys[2] = {buf.gate, buf.up};
+                ops.matmul_n(ws, ys, 2, acts, buf.ctx);
+            } else {
+                ops.matmul(l.w_gate, acts, buf.gate, buf.ctx);
                 acts = ops.prepare(buf.xb, T, h.n_embd, l.w_up.type, buf.ctx);
-            ops.matmul(l.w_up, acts, buf.up, buf.ctx);
-            kernels::gelu_mul(buf.gate, buf.up, T * h.n_ff);
+                ops.matmul(l.w_up, acts, buf.up, buf.ctx);
+            }
+            ops.gelu_mul(buf.gate, buf.up, T * h.n_ff, buf.ctx);
             acts = ops.prepare(buf.gate, T, h.n_ff, l.w_down.type, buf.ctx);
             ops.matmul(l.w_down, acts, buf.xb, buf.ctx);
-            kernels::rmsnorm(buf.xb, l.post_ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb);
-            kernels::add(buf.x, buf.xb, T * h.n_embd);
+            ops.rmsnorm(buf.xb, l.post_ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
+            ops.add(buf.x, buf.xb, T * h.n_embd, buf.ctx);
         }
         output_logits(batch, buf, ops, 0.0f);
     }

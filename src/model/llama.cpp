@@ -86,45 +86,58 @@ class LlamaModel final : public Model {
         embed(batch, buf.x, 1.0f);
         for (uint32_t il = 0; il < h.n_layer; ++il) {
             const LayerWeights& l = w_.layers[il];
-            kernels::rmsnorm(buf.x, l.attn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb);
+            ops.rmsnorm(buf.x, l.attn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
             auto acts = ops.prepare(buf.xb, T, h.n_embd, l.wq.type, buf.ctx);
-            ops.matmul(l.wq, acts, buf.q, buf.ctx);
-            if (l.wk.type != l.wq.type) acts = ops.prepare(buf.xb, T, h.n_embd, l.wk.type, buf.ctx);
-            ops.matmul(l.wk, acts, buf.k, buf.ctx);
-            if (l.wv.type != l.wk.type) acts = ops.prepare(buf.xb, T, h.n_embd, l.wv.type, buf.ctx);
-            ops.matmul(l.wv, acts, buf.v, buf.ctx);
+            if (l.wk.type == l.wq.type && l.wv.type == l.wq.type) {
+                const kernels::Matrix* ws[3] = {&l.wq, &l.wk, &l.wv};
+                float* ys[3] = {buf.q, buf.k, buf.v};
+                ops.matmul_n(ws, ys, 3, acts, buf.ctx);
+            } else {
+                ops.matmul(l.wq, acts, buf.q, buf.ctx);
+                if (l.wk.type != l.wq.type)
+                    acts = ops.prepare(buf.xb, T, h.n_embd, l.wk.type, buf.ctx);
+                ops.matmul(l.wk, acts, buf.k, buf.ctx);
+                if (l.wv.type != l.wk.type)
+                    acts = ops.prepare(buf.xb, T, h.n_embd, l.wv.type, buf.ctx);
+                ops.matmul(l.wv, acts, buf.v, buf.ctx);
+            }
             if (l.bq) {
                 for (int64_t t = 0; t < T; ++t) {
-                    kernels::add(buf.q + t * q_dim, l.bq, q_dim);
-                    kernels::add(buf.k + t * k_dim, l.bk, k_dim);
-                    kernels::add(buf.v + t * v_dim, l.bv, v_dim);
+                    ops.add(buf.q + t * q_dim, l.bq, q_dim, buf.ctx);
+                    ops.add(buf.k + t * k_dim, l.bk, k_dim, buf.ctx);
+                    ops.add(buf.v + t * v_dim, l.bv, v_dim, buf.ctx);
                 }
             }
             if (l.q_norm) {
-                kernels::rmsnorm(buf.q, l.q_norm, 0.0f, h.rms_eps, T * h.n_head, h.head_dim_k,
-                                 buf.q);
-                kernels::rmsnorm(buf.k, l.k_norm, 0.0f, h.rms_eps, T * h.n_head_kv, h.head_dim_k,
-                                 buf.k);
+                ops.rmsnorm(buf.q, l.q_norm, 0.0f, h.rms_eps, T * h.n_head, h.head_dim_k, buf.q,
+                            buf.ctx);
+                ops.rmsnorm(buf.k, l.k_norm, 0.0f, h.rms_eps, T * h.n_head_kv, h.head_dim_k, buf.k,
+                            buf.ctx);
             }
-            kernels::rope(buf.q, T, batch.positions.data(), rope_q);
-            kernels::rope(buf.k, T, batch.positions.data(), rope_k);
+            ops.rope(buf.q, T, batch.positions.data(), rope_q, buf.ctx);
+            ops.rope(buf.k, T, batch.positions.data(), rope_k, buf.ctx);
             write_kv(batch, cache, il, buf.k, buf.v);
             attn.layer = il;
             ops.attention(attn, buf.ctx);
             acts = ops.prepare(buf.attn, T, attn_dim, l.wo.type, buf.ctx);
             ops.matmul(l.wo, acts, buf.xb, buf.ctx);
-            kernels::add(buf.x, buf.xb, T * h.n_embd);
+            ops.add(buf.x, buf.xb, T * h.n_embd, buf.ctx);
 
-            kernels::rmsnorm(buf.x, l.ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb);
+            ops.rmsnorm(buf.x, l.ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
             acts = ops.prepare(buf.xb, T, h.n_embd, l.w_gate.type, buf.ctx);
-            ops.matmul(l.w_gate, acts, buf.gate, buf.ctx);
-            if (l.w_up.type != l.w_gate.type)
+            if (l.w_up.type == l.w_gate.type) {
+                const kernels::Matrix* ws[2] = {&l.w_gate, &l.w_up};
+                float* ys[2] = {buf.gate, buf.up};
+                ops.matmul_n(ws, ys, 2, acts, buf.ctx);
+            } else {
+                ops.matmul(l.w_gate, acts, buf.gate, buf.ctx);
                 acts = ops.prepare(buf.xb, T, h.n_embd, l.w_up.type, buf.ctx);
-            ops.matmul(l.w_up, acts, buf.up, buf.ctx);
-            kernels::silu_mul(buf.gate, buf.up, T * h.n_ff);
+                ops.matmul(l.w_up, acts, buf.up, buf.ctx);
+            }
+            ops.silu_mul(buf.gate, buf.up, T * h.n_ff, buf.ctx);
             acts = ops.prepare(buf.gate, T, h.n_ff, l.w_down.type, buf.ctx);
             ops.matmul(l.w_down, acts, buf.xb, buf.ctx);
-            kernels::add(buf.x, buf.xb, T * h.n_embd);
+            ops.add(buf.x, buf.xb, T * h.n_embd, buf.ctx);
         }
         output_logits(batch, buf, ops, 0.0f);
     }

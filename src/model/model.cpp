@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <sys/mman.h>
+
 #include <cmath>
 
 #include "core/check.h"
@@ -27,8 +29,42 @@ ForwardBuffers carve_buffers(const ActivationLayout& l, uint8_t* arena, ThreadPo
 
 std::unique_ptr<Model> Model::load(const gguf::GgufFile& file) {
     HParams hp = read_hparams(file, true);
-    if (hp.arch == "gemma3") return make_gemma3_model(file, std::move(hp));
-    return make_llama_model(file, std::move(hp));
+    std::unique_ptr<Model> m = hp.arch == "gemma3" ? make_gemma3_model(file, std::move(hp))
+                                                   : make_llama_model(file, std::move(hp));
+    m->pack_weights(kernels::ops());
+    return m;
+}
+
+void Model::pack_weights(const kernels::Ops& ops) {
+    std::vector<kernels::Matrix*> todo;
+    for (auto& l : w_.layers)
+        for (auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+            todo.push_back(m);
+    if (!hp_.tied_embeddings) todo.push_back(&w_.output);
+    constexpr uint64_t kAlign = 64;
+    uint64_t total = 0;
+    for (const auto* m : todo) total += (ops.packed_bytes(*m) + kAlign - 1) / kAlign * kAlign;
+    if (total == 0) return;
+    packed_ = Region(total, "repacked weights");
+    ThreadPool pool(physical_core_count());
+    kernels::Context ctx;
+    ctx.pool = &pool;
+    constexpr uint64_t kPage = 4096;
+    uint64_t at = 0;
+    for (auto* m : todo) {
+        const uint64_t n = ops.packed_bytes(*m);
+        if (n == 0) continue;
+        ops.repack(*m, packed_.data() + at, ctx);
+        m->packed = packed_.data() + at;
+        m->packed_for = &ops;
+        at += (n + kAlign - 1) / kAlign * kAlign;
+        // The file's pages of this matrix are not read again: drop them from
+        // this process (whole pages inside the matrix only).
+        const auto begin = (reinterpret_cast<uintptr_t>(m->data) + kPage - 1) & ~(kPage - 1);
+        const auto end =
+            (reinterpret_cast<uintptr_t>(m->data) + m->row_bytes * m->n_rows) & ~(kPage - 1);
+        if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    }
 }
 
 Model::Model(const gguf::GgufFile& file, HParams hp) : file_(file), hp_(std::move(hp)) {}
@@ -109,7 +145,8 @@ void Model::output_logits(const Batch& batch, const ForwardBuffers& buf, const k
         const float* src = buf.x + static_cast<size_t>(batch.logit_tokens[r]) * hp_.n_embd;
         std::copy(src, src + hp_.n_embd, buf.xb + static_cast<size_t>(r) * hp_.n_embd);
     }
-    kernels::rmsnorm(buf.xb, w_.output_norm, norm_offset, hp_.rms_eps, n_rows, hp_.n_embd, buf.xb);
+    ops.rmsnorm(buf.xb, w_.output_norm, norm_offset, hp_.rms_eps, n_rows, hp_.n_embd, buf.xb,
+                buf.ctx);
     const auto acts = ops.prepare(buf.xb, n_rows, hp_.n_embd, w_.output.type, buf.ctx);
     ops.matmul(w_.output, acts, buf.logits, buf.ctx);
 }

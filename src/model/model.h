@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/region.h"
 #include "kernels/kernels.h"
 #include "memory/activation-layout.h"
 #include "model/batch.h"
@@ -73,6 +74,10 @@ class Model {
     const ModelWeights& weights() const { return w_; }
     // Bytes of 1-D tensors converted to f32 at load (resident, not mapped).
     uint64_t converted_bytes() const;
+    // Bytes of matrices repacked at load into the backend's layout (resident,
+    // anonymous); their mapped pages are released. Equal to the matrices' size
+    // in the file, rounded up to whole row groups.
+    uint64_t packed_bytes() const { return packed_.size_bytes(); }
 
     // Runs the batch; logits for batch.logit_tokens land in buf.logits,
     // (n_logit_tokens, n_vocab). Precondition: the cache has grown for every
@@ -98,6 +103,14 @@ class Model {
     ModelWeights w_;
     // f32 copies of 1-D tensors stored in other types (each buffer stays put).
     std::vector<std::vector<float>> converted_;
+    // Repacked matrices (Matrix::packed points here).
+    Region packed_;
+
+  private:
+    // Repacks the matrices `ops` has a faster layout for (all but a tied
+    // output, which the embedding lookup also reads) and releases their
+    // mapped pages.
+    void pack_weights(const kernels::Ops& ops);
 };
 
 std::unique_ptr<Model> make_llama_model(const gguf::GgufFile& file, HParams hp);

@@ -14,8 +14,9 @@ namespace headroom::kernels {
 
 namespace {
 
-Acts ref_prepare(const float* x, int64_t n_tokens, int64_t n, TensorType, const Context&) {
+Acts ref_prepare(const float* x, int64_t n_tokens, int64_t n, TensorType wtype, const Context&) {
     Acts a;
+    a.w_type = wtype;
     a.f32 = x;
     a.n_tokens = n_tokens;
     a.n = n;
@@ -87,10 +88,40 @@ void ref_attention(const AttentionArgs& a, const Context& ctx) {
     });
 }
 
+void ref_rmsnorm(const float* x, const float* w, float weight_offset, float eps, int64_t n_tokens,
+                 int64_t n, float* out, const Context&) {
+    rmsnorm(x, w, weight_offset, eps, n_tokens, n, out);
+}
+void ref_rope(float* x, int64_t n_tokens, const uint32_t* positions, const RopeArgs& args,
+              const Context&) {
+    rope(x, n_tokens, positions, args);
+}
+void ref_silu_mul(float* gate, const float* up, int64_t n, const Context&) {
+    silu_mul(gate, up, n);
+}
+void ref_gelu_mul(float* gate, const float* up, int64_t n, const Context&) {
+    gelu_mul(gate, up, n);
+}
+void ref_add(float* x, const float* y, int64_t n, const Context&) {
+    add(x, y, n);
+}
+
+void ref_matmul_n(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
+                  const Context& ctx) {
+    for (int i = 0; i < n; ++i) ref_matmul(*ws[i], x, ys[i], ctx);
+}
+
+uint64_t ref_packed_bytes(const Matrix&) {
+    return 0;
+}
+void ref_repack(const Matrix&, uint8_t*, const Context&) {}
+
 }  // namespace
 
 const Ops& ref_ops() {
-    static const Ops kOps = {"ref", ref_prepare, ref_matmul, ref_attention};
+    static const Ops kOps = {"ref",         ref_prepare, ref_matmul,       ref_matmul_n,
+                             ref_attention, ref_rmsnorm, ref_rope,         ref_silu_mul,
+                             ref_gelu_mul,  ref_add,     ref_packed_bytes, ref_repack};
     return kOps;
 }
 

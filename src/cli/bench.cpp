@@ -1,0 +1,246 @@
+// headroom bench: prompt processing and generation speed of one sequence
+// through the runner, as llama-bench measures them, next to the machine's
+// read bandwidth (measured here) so decode can be judged against the wall it
+// runs into. Subcommands (bench serve) are registered under it.
+//
+// One repetition: a fresh sequence prefills -p random tokens (batches of up to
+// --max-num-batched-tokens), then decodes -n tokens one at a time, each the
+// argmax of the previous step's logits. Nothing is allocated inside the loop.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/commands.h"
+#include "cli/engine-flags.h"
+#include "cli/load-model.h"
+#include "core/error.h"
+#include "core/region.h"
+#include "core/thread-pool.h"
+#include "core/units.h"
+#include "memory/kv-cache.h"
+
+namespace headroom::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Stats {
+    double mean = 0, sd = 0;
+};
+
+Stats stats(const std::vector<double>& v) {
+    Stats s;
+    if (v.empty()) return s;
+    for (double x : v) s.mean += x;
+    s.mean /= static_cast<double>(v.size());
+    if (v.size() > 1) {
+        for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+        s.sd = std::sqrt(s.sd / static_cast<double>(v.size() - 1));
+    }
+    return s;
+}
+
+// Read bandwidth of this machine with `pool`'s threads: each streams its
+// share of a buffer 16x the size of a large L3 cache. The median of `reps`
+// passes after a warm-up one (a shared machine gives both slow and odd fast
+// passes).
+double measure_read_bandwidth_gbps(ThreadPool& pool, int reps) {
+    constexpr size_t kBytes = size_t{512} << 20;
+    Region buf(kBytes, "bandwidth probe");
+    for (size_t i = 0; i < kBytes; i += 4096) buf.data()[i] = static_cast<uint8_t>(i >> 12);
+    const size_t n_words = kBytes / sizeof(uint64_t);
+    const auto* words = reinterpret_cast<const uint64_t*>(buf.data());
+    std::atomic<uint64_t> sink{0};
+    std::vector<double> gbps;
+    for (int r = 0; r <= reps; ++r) {
+        const auto t0 = Clock::now();
+        pool.parallel_for(static_cast<int64_t>(n_words / 8), [&](int64_t b, int64_t e, int) {
+            uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+            for (int64_t i = b * 8; i < e * 8; i += 8) {
+                a0 += words[i] ^ words[i + 4];
+                a1 += words[i + 1] ^ words[i + 5];
+                a2 += words[i + 2] ^ words[i + 6];
+                a3 += words[i + 3] ^ words[i + 7];
+            }
+            sink.fetch_add(a0 + a1 + a2 + a3, std::memory_order_relaxed);
+        });
+        if (r > 0) gbps.push_back(static_cast<double>(kBytes) / seconds_since(t0) / 1e9);
+    }
+    if (sink.load() == 1) fmt::print(stderr, " ");  // keeps the reads
+    std::sort(gbps.begin(), gbps.end());
+    return gbps[gbps.size() / 2];
+}
+
+// Bytes of weights one decode step reads: every matrix once, one embedding row.
+uint64_t weights_read_per_token(const Model& model) {
+    const auto& w = model.weights();
+    auto bytes = [](const kernels::Matrix& m) {
+        return m.row_bytes * static_cast<uint64_t>(m.n_rows);
+    };
+    uint64_t n = bytes(w.output) + w.tok_embd.row_bytes;
+    for (const auto& l : w.layers)
+        for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+            n += bytes(*m);
+    return n;
+}
+
+int32_t argmax(const float* v, uint32_t n) {
+    return static_cast<int32_t>(std::max_element(v, v + n) - v);
+}
+
+struct Opts {
+    EngineFlags engine;
+    uint32_t n_prompt = 512;
+    uint32_t n_gen = 128;
+    int reps = 3;
+    bool json = false;
+    uint64_t seed = 1234;
+};
+
+void run_bench(const Opts& o) {
+    const LoadedModel lm = load_model(o.engine.model);
+    const Model& model = *lm.model;
+    const HParams& hp = model.hparams();
+    if (o.n_prompt == 0 && o.n_gen == 0) fail("bench: -p and -n are both 0, nothing to measure");
+    if (o.reps < 1) fail("bench: -r {} must be at least 1", o.reps);
+
+    RunnerOptions ro = runner_options(o.engine, 1);
+    ro.prefix_caching = false;  // every repetition computes its prompt
+    const uint32_t n_ctx = o.n_prompt + o.n_gen + 1;
+    if (ro.config.max_model_len == 0) ro.config.max_model_len = n_ctx;
+    if (ro.config.max_model_len < n_ctx)
+        fail("--max-model-len {} is less than -p + -n + 1 = {}", ro.config.max_model_len, n_ctx);
+    if (ro.config.max_num_batched_tokens == 0)
+        ro.config.max_num_batched_tokens = std::clamp<uint32_t>(o.n_prompt, 1, 512);
+    ro.config.max_logit_rows = 1;
+    if (o.engine.kv_cache_memory.empty()) {
+        // Exactly one sequence's worth, rather than what --mem-fraction leaves.
+        BudgetSpec probe = ro.budget;
+        probe.kv_cache_bytes = 1;
+        ro.budget.kv_cache_bytes = plan_memory(lm.desc, ro.config, probe).kv_bytes_per_seq;
+    }
+    Ledger ledger;
+    Runner runner(model, lm.desc, ro, ledger);
+    Runner::prefault_weights(model, !o.json);
+    const int n_threads = runner.pool().n_threads();
+    const double bandwidth = measure_read_bandwidth_gbps(runner.pool(), 7);
+
+    std::mt19937 rng(static_cast<uint32_t>(o.seed));
+    std::vector<int32_t> prompt(o.n_prompt);
+    for (auto& t : prompt) t = static_cast<int32_t>(rng() % hp.n_vocab);
+    const uint32_t step = runner.plan().config.max_num_batched_tokens;
+    Batch batch;
+    batch.reserve(step, 1, 1);
+
+    // One repetition; returns (prefill seconds, decode seconds).
+    auto once = [&](uint32_t n_prompt, uint32_t n_gen) {
+        SeqKv seq;
+        int32_t next = prompt.empty() ? 1 : prompt[0];
+        const auto t0 = Clock::now();
+        for (uint32_t c0 = 0; c0 < n_prompt; c0 += step) {
+            const uint32_t c1 = std::min(n_prompt, c0 + step);
+            if (!runner.cache().grow(seq, c1 - c0)) fail("internal: KV pool too small");
+            batch.clear();
+            const uint32_t s = batch.add_seq(&seq);
+            for (uint32_t i = c0; i < c1; ++i) batch.add_token(prompt[i], i, s, i + 1 == n_prompt);
+            const float* logits = runner.forward(batch);
+            if (c1 == n_prompt) next = argmax(logits, hp.n_vocab);
+        }
+        const double pp_s = seconds_since(t0);
+        const auto t1 = Clock::now();
+        for (uint32_t i = 0; i < n_gen; ++i) {
+            if (!runner.cache().grow(seq, 1)) fail("internal: KV pool too small");
+            batch.clear();
+            const uint32_t s = batch.add_seq(&seq);
+            batch.add_token(next, n_prompt + i, s, true);
+            next = argmax(runner.forward(batch), hp.n_vocab);
+        }
+        const double tg_s = seconds_since(t1);
+        runner.cache().free(seq);
+        return std::pair{pp_s, tg_s};
+    };
+
+    once(std::min<uint32_t>(o.n_prompt, 32), std::min<uint32_t>(o.n_gen, 4));  // warm-up
+    std::vector<double> pp, tg;
+    for (int r = 0; r < o.reps; ++r) {
+        const auto [pp_s, tg_s] = once(o.n_prompt, o.n_gen);
+        if (o.n_prompt) pp.push_back(o.n_prompt / pp_s);
+        if (o.n_gen) tg.push_back(o.n_gen / tg_s);
+    }
+    const Stats pps = stats(pp), tgs = stats(tg);
+    // A decode step reads the weights and the sequence's K and V so far.
+    const double kv_bytes =
+        static_cast<double>(runner.plan().kv_bytes_per_token) * (o.n_prompt + o.n_gen / 2.0);
+    const double step_bytes = static_cast<double>(weights_read_per_token(model)) + kv_bytes;
+    const double tg_gbps = tgs.mean * step_bytes / 1e9;
+    const std::string isa = runner.ops().name;
+    const std::string precision(kernels::name(ro.act_precision));
+
+    if (o.json) {
+        nlohmann::json j;
+        j["model"] = hp.name.empty() ? o.engine.model : hp.name;
+        j["threads"] = n_threads;
+        j["isa"] = isa;
+        j["act_precision"] = precision;
+        j["kv_dtype"] = std::string(name(runner.plan().config.kv_dtype));
+        j["pp"] = {
+            {"n_tokens", o.n_prompt}, {"tokens_per_s", pps.mean}, {"sd", pps.sd}, {"runs", pp}};
+        j["tg"] = {{"n_tokens", o.n_gen}, {"tokens_per_s", tgs.mean}, {"sd", tgs.sd}, {"runs", tg}};
+        j["bytes_per_decode_step"] = step_bytes;
+        j["tg_effective_gbps"] = tg_gbps;
+        j["bandwidth_gbps"] = bandwidth;
+        j["tg_fraction_of_bandwidth"] = bandwidth > 0 ? tg_gbps / bandwidth : 0.0;
+        fmt::print("{}\n", j.dump(2));
+        return;
+    }
+    fmt::print("model        {}\n", hp.name.empty() ? o.engine.model : hp.name);
+    fmt::print("backend      {}, {} threads, activations {}, kv {}\n", isa, n_threads, precision,
+               name(runner.plan().config.kv_dtype));
+    fmt::print("bandwidth    {:.1f} GB/s read (median of 7, {} threads)\n", bandwidth, n_threads);
+    fmt::print("{:<10} {:>18}\n", "test", "tokens/s");
+    if (o.n_prompt)
+        fmt::print("{:<10} {:>10.2f} ± {:<6.2f}\n", fmt::format("pp{}", o.n_prompt), pps.mean,
+                   pps.sd);
+    if (o.n_gen)
+        fmt::print("{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s effective, {:.0f}% of read bandwidth\n",
+                   fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps,
+                   bandwidth > 0 ? 100 * tg_gbps / bandwidth : 0.0);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+    auto o = std::make_shared<Opts>();
+    auto* cmd = app.add_subcommand(
+        "bench",
+        "Benchmark one sequence's prompt processing (pp) and generation (tg) speed against the "
+        "machine's read bandwidth; subcommands run other benchmarks");
+    cmd->require_subcommand(0, 1);
+    add_engine_flags(cmd, o->engine, 1);
+    cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens per repetition")
+        ->capture_default_str();
+    cmd->add_option("-n,--n-gen", o->n_gen, "Generated tokens per repetition")
+        ->capture_default_str();
+    cmd->add_option("-r,--repetitions", o->reps, "Repetitions (mean ± sd)")->capture_default_str();
+    cmd->add_flag("--json", o->json, "Print JSON instead of a table");
+    cmd->add_option("--seed", o->seed, "Seed of the random prompt")->capture_default_str();
+    add_bench_serve_subcommand(*cmd);
+    cmd->callback([o, cmd] {
+        if (!cmd->get_subcommands().empty()) return;  // a subcommand ran instead
+        run_bench(*o);
+    });
+}
+
+}  // namespace headroom::cli

@@ -1,0 +1,79 @@
+// Layout of one token's activations quantized for the integer matmul kernels
+// (Context::acts_q holds n_tokens such rows, each q_row_bytes apart).
+//
+// The block size follows the weights: 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, 256
+// for the K types. Per block, d = amax / kMax and a = rne(x / d), with
+// kMax = 127 (Int8) or 32512 (Int16). An Int16 value is stored as two int8
+// halves, a = 256 * hi + lo with lo the low byte sign-extended and
+// |hi| <= 127, so both halves feed u8 x s8 multiply-adds.
+//
+//   qs    int8[n]           Int8: a;  Int16: hi
+//   lo    int8[n]           Int16 only
+//   d     f32[n / block]    scale of each block
+//   sums  per block:        what the weight type needs besides the dot product
+//     32-element types: 4 bytes, backend-defined (the offset correction
+//                       -offset * sum(a) as int32, or d * sum(a) as f32 for
+//                       the types with a min, Q4_1 / Q5_1)
+//     K types:          kKSumBytes, backend-defined (sub-block sums)
+//
+// Rows start 64-byte aligned. The values (qs, lo, d) are fixed by
+// ref::quantize_acts, the spec; the sums are each backend's business.
+#pragma once
+
+#include <cstdint>
+
+#include "format/tensor-type.h"
+#include "kernels/kernels.h"
+
+namespace headroom::kernels {
+
+inline constexpr float kInt8Max = 127.0f;
+inline constexpr float kInt16Max = 32512.0f;  // 127 * 256: keeps |hi| <= 127
+inline constexpr uint64_t kKSumBytes = 128;
+
+inline bool is_k_type(TensorType t) {
+    return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K;
+}
+
+// Types the integer kernels take (others run on f32 activations).
+inline bool is_int_type(TensorType t) {
+    switch (t) {
+        case TensorType::Q4_0:
+        case TensorType::Q4_1:
+        case TensorType::Q5_0:
+        case TensorType::Q5_1:
+        case TensorType::Q8_0:
+        case TensorType::Q4_K:
+        case TensorType::Q5_K:
+        case TensorType::Q6_K:
+            return true;
+        default:
+            return false;
+    }
+}
+
+struct ActLayout {
+    int64_t n = 0;
+    int block = 32;          // elements per scale
+    uint64_t lo = 0;         // offset of lo (Int16)
+    uint64_t d = 0;          // offset of the scales
+    uint64_t sums = 0;       // offset of the per-block sums
+    uint64_t sum_bytes = 0;  // per block
+    uint64_t row_bytes = 0;  // 64-byte multiple
+};
+
+inline ActLayout act_layout(int64_t n, TensorType w_type, ActPrecision quant) {
+    ActLayout l;
+    l.n = n;
+    l.block = is_k_type(w_type) ? 256 : 32;
+    const auto un = static_cast<uint64_t>(n);
+    const uint64_t nb = un / static_cast<uint64_t>(l.block);
+    l.lo = un;
+    l.d = quant == ActPrecision::Int16 ? 2 * un : un;
+    l.sums = l.d + 4 * nb;
+    l.sum_bytes = is_k_type(w_type) ? kKSumBytes : 4;
+    l.row_bytes = (l.sums + l.sum_bytes * nb + 63) / 64 * 64;
+    return l;
+}
+
+}  // namespace headroom::kernels

@@ -1,0 +1,125 @@
+// Quantizing activations for the x86 integer matmuls (templates over the
+// vector traits V): ref::quantize_acts' values, plus the per-block sums the
+// kernels of gemm.h take (kernels/act-format.h).
+#pragma once
+
+#include <cstdint>
+
+#include "core/thread-pool.h"
+#include "kernels/act-format.h"
+#include "kernels/kernels.h"
+
+namespace headroom::kernels::x86 {
+
+// ---- activations ----------------------------------------------------------
+
+// The offset the packer adds to weights of a 32-element type (see pack.h).
+template <class V>
+constexpr int32_t weight_offset(TensorType t) {
+    switch (t) {
+        case TensorType::Q4_0:
+            return 8;
+        case TensorType::Q5_0:
+            return 16;
+        case TensorType::Q8_0:
+            return V::kQ8Unsigned ? 128 : 0;
+        default:
+            return 0;
+    }
+}
+
+// Quantizes one row x[0..n) as ref::quantize_acts does, and writes the sums
+// this backend's kernels need for weights of type wt (act-format.h).
+template <class V>
+void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPrecision quant,
+                      uint8_t* row) {
+    using I = typename V::I;
+    using F = typename V::F;
+    constexpr int L = V::kLanes;
+    const int bs = al.block;
+    const bool i16 = quant == ActPrecision::Int16;
+    const float max_q = i16 ? kInt16Max : kInt8Max;
+    auto* qs = reinterpret_cast<int8_t*>(row);
+    auto* lo = reinterpret_cast<int8_t*>(row + al.lo);
+    auto* d = reinterpret_cast<float*>(row + al.d);
+    uint8_t* sums = row + al.sums;
+    const bool min_type = wt == TensorType::Q4_1 || wt == TensorType::Q5_1;
+    const int32_t offset = weight_offset<V>(wt);
+    // Sub-block sums of the K types: 16 elements for Q6_K, 32 for Q4_K / Q5_K.
+    const int sub = wt == TensorType::Q6_K ? 16 : 32;
+    for (int64_t b = 0; b < al.n / bs; ++b) {
+        const float* xb = x + b * bs;
+        F m = V::fzero();
+        for (int i = 0; i < bs; i += L) m = V::fmax(m, V::fabs(V::fload(xb + i)));
+        const float amax = V::reduce_max(m);
+        const float db = amax < 1e-30f ? 0.0f : amax / max_q;
+        const float id = db != 0.0f ? 1.0f / db : 0.0f;
+        d[b] = db;
+        const F vid = V::fset1(id);
+        int32_t total = 0, part = 0, part_lo = 0;
+        for (int i = 0; i < bs; i += L) {
+            const I a = V::cvt_rne(V::fmul(V::fload(xb + i), vid));
+            const int64_t at = b * bs + i;
+            I sum_v = a, sum_lo = V::zero();
+            if (i16) {
+                const I l = V::low_byte_signed(a);
+                const I h = V::template sra<8>(V::sub(a, l));
+                V::store_i8(qs + at, h);
+                V::store_i8(lo + at, l);
+                sum_v = h;
+                sum_lo = l;
+            } else {
+                V::store_i8(qs + at, a);
+            }
+            total += V::reduce_add(a);
+            if (al.sum_bytes == kKSumBytes) {
+                part += V::reduce_add(sum_v);
+                part_lo += V::reduce_add(sum_lo);
+                if ((i + L) % sub != 0) continue;
+                // Sub-block s done: store its sums.
+                const int s = (i + L) / sub - 1;
+                uint8_t* sb = sums + static_cast<uint64_t>(b) * kKSumBytes;
+                if (sub == 16) {
+                    reinterpret_cast<int32_t*>(sb)[s] = -32 * part;
+                    reinterpret_cast<int32_t*>(sb + 64)[s] = -32 * part_lo;
+                } else {
+                    reinterpret_cast<int16_t*>(sb)[s] = static_cast<int16_t>(part);
+                    reinterpret_cast<int16_t*>(sb + 16)[s] = static_cast<int16_t>(part_lo);
+                }
+                part = part_lo = 0;
+            }
+        }
+        if (al.sum_bytes == kKSumBytes) continue;
+        if (min_type)
+            reinterpret_cast<float*>(sums)[b] = db * static_cast<float>(total);
+        else
+            reinterpret_cast<int32_t*>(sums)[b] = -offset * total;
+    }
+}
+
+template <class V>
+Acts prepare(const float* x, int64_t n_tokens, int64_t n, TensorType wt, const Context& ctx) {
+    Acts a;
+    a.f32 = x;
+    a.n_tokens = n_tokens;
+    a.n = n;
+    a.w_type = wt;
+    a.quant = ctx.act_precision;
+    if (!is_int_type(wt) || a.quant == ActPrecision::F32) return a;
+    a.quantized = true;
+    const ActLayout al = act_layout(n, wt, a.quant);
+    a.q = ctx.acts_q;
+    a.q_row_bytes = al.row_bytes;
+    auto run = [&](int64_t t0, int64_t t1, int) {
+        for (int64_t t = t0; t < t1; ++t)
+            quantize_act_row<V>(x + t * n, al, wt, a.quant,
+                                ctx.acts_q + static_cast<uint64_t>(t) * al.row_bytes);
+    };
+    if (n_tokens * n >= 16384)
+        ctx.pool->parallel_for(n_tokens, run);
+    else
+        run(0, n_tokens, 0);
+    return a;
+}
+
+}  // namespace headroom::kernels::x86

@@ -1,0 +1,237 @@
+// Flash-style attention for the x86 backends (templates over the vector
+// traits V), decode and prefill alike.
+//
+// Keys are visited in tiles of kLanes consecutive positions (tile i covers
+// positions [i * kLanes, (i + 1) * kLanes), whatever the KV block size). A
+// work item is one KV head and a window of up to kQueryWindow batch tokens;
+// the tokens of one sequence in the window ("a run") share each tile: its K
+// rows are converted to f32 and transposed once (Kt: head_dim x kLanes), its V
+// rows converted once, then every query of the run (tokens x the KV head's
+// query heads) takes it:
+//   s = scale * q . Kt            (lanes = keys; lanes outside the query's
+//                                  valid keys [first, pos] set to -inf)
+//   m' = max(m, max(s));  c = e^(m - m');  p = e^(s - m') (0 outside)
+//   l = l * c + sum(p);   acc = acc * c + sum_j p_j * v_j   (j in order)
+// out = acc / l. A query's operations depend only on its own position, window
+// and the cached K/V, never on which other tokens share the call.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/half.h"
+#include "core/thread-pool.h"
+#include "kernels/cpu/x86/backends.h"
+#include "kernels/cpu/x86/elementwise.h"
+#include "kernels/kernels.h"
+#include "memory/kv-cache.h"
+
+namespace headroom::kernels::x86 {
+
+// Per-thread scratch attention takes (thread_scratch_bytes in dispatch.cpp
+// covers it for kLanes <= 16).
+template <class V>
+struct AttnScratch {
+    float* k_rows;  // (kLanes, head_dim_k)
+    float* kt;      // (head_dim_k, kLanes)
+    float* v;       // (kLanes, head_dim_v)
+    float* state;   // per query: m, l, acc (head_dim_v)
+};
+
+// Converts one cached row of n elements to f32.
+template <class V>
+inline void load_kv_row(KvDtype dtype, const uint8_t* src, int n, float* dst) {
+    constexpr int L = V::kLanes;
+    switch (dtype) {
+        case KvDtype::F32:
+            std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+            return;
+        case KvDtype::F16:
+            for (int i = 0; i < n; i += L) V::fstore(dst + i, V::load_f16(src + 2 * i));
+            return;
+        case KvDtype::BF16:
+            for (int i = 0; i < n; i += L) V::fstore(dst + i, V::load_bf16(src + 2 * i));
+            return;
+        case KvDtype::Q8_0:
+            for (int b = 0; b < n / 32; ++b) {
+                uint16_t h;
+                std::memcpy(&h, src + 34 * b, 2);
+                const auto d = V::fset1(f16_to_f32(h));
+                for (int i = 0; i < 32; i += L)
+                    V::fstore(dst + 32 * b + i, V::fmul(d, V::load_i8(src + 34 * b + 2 + i)));
+            }
+            return;
+    }
+}
+
+// QB query heads of one token (consecutive heads: q rows hk apart, states
+// stride apart) against the current key tile, keys [j0, j1) valid: the steps
+// of the file comment, interleaved across the heads for instruction-level
+// parallelism. Each head's operations and their order are a single head's, and
+// a token's heads are always grouped the same way.
+template <class V, int QB>
+__attribute__((noinline)) void attend_heads(const float* q, float* st, uint64_t stride,
+                                            const AttnScratch<V>& sc, uint32_t hk, uint32_t hv,
+                                            int j0, int j1, float scale) {
+    using F = typename V::F;
+    constexpr int L = V::kLanes;
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    F s[QB][4];
+    for (int h = 0; h < QB; ++h)
+        for (int k = 0; k < 4; ++k) s[h][k] = V::fzero();
+    for (uint32_t d = 0; d < hk; d += 4) {
+        for (int k = 0; k < 4; ++k) {
+            const F kv = V::fload(sc.kt + (d + k) * L);
+            for (int h = 0; h < QB; ++h)
+                s[h][k] = V::fma(V::fbcast(q + h * hk + d + k), kv, s[h][k]);
+        }
+    }
+    alignas(64) float pj[QB][L];
+    float c[QB];
+    for (int h = 0; h < QB; ++h) {
+        float* sth = st + h * stride;
+        F sv =
+            V::fmul(V::fadd(V::fadd(s[h][0], s[h][1]), V::fadd(s[h][2], s[h][3])), V::fset1(scale));
+        sv = V::fkeep(sv, j0, j1, neg_inf);
+        const float m_new = std::max(sth[0], V::reduce_max(sv));
+        c[h] = std::exp(sth[0] - m_new);
+        const F p = V::fkeep(exp<V>(V::fsub(sv, V::fset1(m_new))), j0, j1, 0.0f);
+        sth[0] = m_new;
+        sth[1] = sth[1] * c[h] + V::reduce_halving(p);
+        V::fstore(pj[h], p);
+    }
+    for (uint32_t d = 0; d < hv; d += L) {
+        F o[QB];
+        for (int h = 0; h < QB; ++h)
+            o[h] = V::fmul(V::fload(st + h * stride + 2 + d), V::fset1(c[h]));
+        for (int j = j0; j < j1; ++j) {
+            const F vj = V::fload(sc.v + j * hv + d);
+            for (int h = 0; h < QB; ++h) o[h] = V::fma(V::fset1(pj[h][j]), vj, o[h]);
+        }
+        for (int h = 0; h < QB; ++h) V::fstore(st + h * stride + 2 + d, o[h]);
+    }
+}
+
+template <class V>
+void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t t0, int64_t t1,
+                const AttnScratch<V>& sc) {
+    using F = typename V::F;
+    constexpr int L = V::kLanes;
+    const uint32_t group = a.n_head / a.n_head_kv;
+    const uint32_t hk = a.head_dim_k, hv = a.head_dim_v;
+    const uint32_t bs = a.cache->block_size();
+    const size_t g = a.cache->group_of_layer(a.layer);
+    const KvDtype dtype = a.cache->dtype();
+    const uint64_t state_stride = hv + 2;
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+
+    // Key range any query of the run sees.
+    uint32_t lo_pos = UINT32_MAX, hi_pos = 0;
+    for (int64_t t = t0; t < t1; ++t) {
+        const uint32_t pos = a.positions[t];
+        const uint32_t first = a.window && pos + 1 > a.window ? pos + 1 - a.window : 0;
+        lo_pos = std::min(lo_pos, first);
+        hi_pos = std::max(hi_pos, pos);
+    }
+    const int64_t n_q = (t1 - t0) * group;
+    for (int64_t qi = 0; qi < n_q; ++qi) {
+        float* st = sc.state + qi * state_stride;
+        st[0] = neg_inf;
+        st[1] = 0.0f;
+        std::fill(st + 2, st + 2 + hv, 0.0f);
+    }
+    for (uint32_t p0 = lo_pos / L * L; p0 <= hi_pos; p0 += L) {
+        // Rows of the tile that some query needs; the others stay zero.
+        const uint32_t k0 = std::max(p0, lo_pos), k1 = std::min(p0 + L, hi_pos + 1);
+        for (uint32_t p = p0; p < p0 + L; ++p) {
+            float* kr = sc.k_rows + (p - p0) * hk;
+            float* vr = sc.v + (p - p0) * hv;
+            if (p < k0 || p >= k1) {
+                std::fill(kr, kr + hk, 0.0f);
+                std::fill(vr, vr + hv, 0.0f);
+                continue;
+            }
+            const int32_t block = seq.tables[g][p / bs];
+            const uint32_t slot = p % bs;
+            load_kv_row<V>(dtype,
+                           a.cache->k_block(block, a.layer, kv_h) + slot * a.cache->k_row_bytes(),
+                           static_cast<int>(hk), kr);
+            load_kv_row<V>(dtype,
+                           a.cache->v_block(block, a.layer, kv_h) + slot * a.cache->v_row_bytes(),
+                           static_cast<int>(hv), vr);
+        }
+        for (uint32_t d0 = 0; d0 < hk; d0 += L) {
+            F rows[L];
+            for (int j = 0; j < L; ++j) rows[j] = V::fload(sc.k_rows + j * hk + d0);
+            V::transpose_square(rows);
+            for (int j = 0; j < L; ++j) V::fstore(sc.kt + (d0 + j) * L, rows[j]);
+        }
+        for (int64_t t = t0; t < t1; ++t) {
+            const uint32_t pos = a.positions[t];
+            const uint32_t first = a.window && pos + 1 > a.window ? pos + 1 - a.window : 0;
+            if (pos < p0 || first >= p0 + L) continue;
+            const int j0 = static_cast<int>(std::max(first, p0) - p0);
+            const int j1 = static_cast<int>(std::min(pos + 1, p0 + L) - p0);
+            const float* q = a.q + (t * a.n_head + kv_h * group) * hk;
+            float* st = sc.state + (t - t0) * group * state_stride;
+            for (uint32_t gi = 0; gi < group; gi += 4) {
+                const uint32_t n = std::min<uint32_t>(4, group - gi);
+                const float* qs = q + gi * hk;
+                float* sts = st + gi * state_stride;
+                if (n == 4)
+                    attend_heads<V, 4>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
+                else if (n == 3)
+                    attend_heads<V, 3>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
+                else if (n == 2)
+                    attend_heads<V, 2>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
+                else
+                    attend_heads<V, 1>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
+            }
+        }
+    }
+    for (int64_t t = t0; t < t1; ++t) {
+        for (uint32_t gi = 0; gi < group; ++gi) {
+            const float* st = sc.state + ((t - t0) * group + gi) * state_stride;
+            float* out = a.out + (t * a.n_head + kv_h * group + gi) * hv;
+            const F l = V::fset1(st[1]);
+            for (uint32_t d = 0; d < hv; d += L)
+                V::fstore(out + d, V::fdiv(V::fload(st + 2 + d), l));
+        }
+    }
+}
+
+template <class V>
+void attention(const AttentionArgs& a, const Context& ctx) {
+    constexpr int L = V::kLanes;
+    const int64_t n_windows = (a.n_tokens + kQueryWindow - 1) / kQueryWindow;
+    const int64_t n_items = n_windows * a.n_head_kv;
+    std::atomic<int64_t> next{0};
+    ctx.pool->run([&](int thread) {
+        auto* base = reinterpret_cast<float*>(ctx.thread_scratch(thread));
+        AttnScratch<V> sc;
+        sc.k_rows = base;
+        sc.kt = sc.k_rows + L * a.head_dim_k;
+        sc.v = sc.kt + L * a.head_dim_k;
+        sc.state = sc.v + L * a.head_dim_v;
+        for (;;) {
+            const int64_t item = next.fetch_add(1, std::memory_order_relaxed);
+            if (item >= n_items) break;
+            // Later windows see more keys: hand them out first.
+            const int64_t w = n_windows - 1 - item / a.n_head_kv;
+            const auto kv_h = static_cast<uint32_t>(item % a.n_head_kv);
+            const int64_t w0 = w * kQueryWindow;
+            const int64_t w1 = std::min<int64_t>(a.n_tokens, w0 + kQueryWindow);
+            for (int64_t t0 = w0; t0 < w1;) {
+                int64_t t1 = t0 + 1;
+                while (t1 < w1 && a.seq_of_token[t1] == a.seq_of_token[t0]) ++t1;
+                attend_run<V>(a, *a.seqs[a.seq_of_token[t0]], kv_h, t0, t1, sc);
+                t0 = t1;
+            }
+        }
+    });
+}
+
+}  // namespace headroom::kernels::x86

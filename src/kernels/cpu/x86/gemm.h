@@ -1,0 +1,540 @@
+// Integer matmuls (matrix x matrix and matrix x vector) for the x86
+// backends, templates over the vector traits V (simd-avx2.h, simd-avx512.h).
+//
+// A row group (V::kLanes rows) is read a chunk of blocks at a time (pack.h).
+// Per block, one integer accumulator per token collects the exact u8 x s8 dot
+// products for all rows of the group (a lane per row); the block's scales are
+// applied in f32, as ref::matmul_int specifies, into one f32 accumulator per
+// token that lives in y between chunks.
+//
+// A few tokens (decode: up to NR, the tokens one micro-kernel call holds in
+// registers) consume the vectors straight from the reader: with the repacked
+// copy, one sequential stream of plain loads. A batch packs each chunk once
+// into a per-thread panel that stays in L1 and runs every token over it, NR
+// at a time. Both paths share the per-block arithmetic below, so y[t, r] is
+// bit-identical for any number of tokens in the call.
+//
+// Threads take row groups from a shared counter, so a core slowed by other
+// work takes fewer; every row group is computed by exactly one thread.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "core/check.h"
+#include "core/thread-pool.h"
+#include "kernels/act-format.h"
+#include "kernels/cpu/x86/act-quant.h"
+#include "kernels/cpu/x86/pack.h"
+#include "kernels/kernels.h"
+
+namespace headroom::kernels::x86 {
+
+// ---- micro-kernels ----------------------------------------------------------
+
+// One token's prepared activations and its output row (at the group's first row).
+struct Tok {
+    const uint8_t* qs;  // int8 (Int8) or hi (Int16)
+    const uint8_t* lo;
+    const float* d;
+    const uint8_t* sums;
+    float* y;
+};
+
+template <class V, int NR>
+HR_KERNEL_INLINE void load_acc(typename V::F* acc, const Tok* tok, int n_valid, bool first) {
+    for (int t = 0; t < NR; ++t) {
+        if (first)
+            acc[t] = V::fzero();
+        else
+            acc[t] = n_valid == V::kLanes ? V::fload(tok[t].y) : V::fload_n(tok[t].y, n_valid);
+    }
+}
+
+template <class V, int NR>
+HR_KERNEL_INLINE void store_acc(const typename V::F* acc, const Tok* tok, int n_valid) {
+    for (int t = 0; t < NR; ++t) {
+        if (n_valid == V::kLanes)
+            V::fstore(tok[t].y, acc[t]);
+        else
+            V::fstore_n(tok[t].y, acc[t], n_valid);
+    }
+}
+
+template <class V, bool kSigned>
+HR_KERNEL_INLINE typename V::I dot4(typename V::I acc, typename V::I w, const uint8_t* a) {
+    if constexpr (kSigned)
+        return V::dot_s8s8(acc, w, V::bcast32(a));
+    else
+        return V::dot_u8s8(acc, w, V::bcast32(a));
+}
+
+// ---- per-block arithmetic, shared by the panel and the direct (decode) paths --
+
+// One block of a 32-element type for NR tokens: exact integer sums, then
+// acc = fma(isum, dw * da, acc) (and, with a min, acc = fma(mw, da * asum, acc)).
+template <class V, int NR, bool kMin, bool kI16, bool kSigned>
+HR_KERNEL_INLINE void block_32(const typename V::I* w, typename V::F dw, typename V::F mw,
+                               const Tok* tok, int64_t blk, typename V::F* acc) {
+    using I = typename V::I;
+    I ia[NR], il[NR];
+    for (int t = 0; t < NR; ++t) {
+        const I corr = kMin ? V::zero() : V::bcast32(tok[t].sums + 4 * blk);
+        ia[t] = kI16 ? V::zero() : corr;
+        if (kI16) il[t] = corr;
+    }
+    for (int k = 0; k < 8; ++k) {
+        for (int t = 0; t < NR; ++t) {
+            ia[t] = dot4<V, kSigned>(ia[t], w[k], tok[t].qs + 32 * blk + 4 * k);
+            if (kI16) il[t] = dot4<V, kSigned>(il[t], w[k], tok[t].lo + 32 * blk + 4 * k);
+        }
+    }
+    for (int t = 0; t < NR; ++t) {
+        const I isum = kI16 ? V::add(V::template sll<8>(ia[t]), il[t]) : ia[t];
+        acc[t] = V::fma(V::cvt(isum), V::fmul(dw, V::fbcast(tok[t].d + blk)), acc[t]);
+    }
+    if (kMin)
+        for (int t = 0; t < NR; ++t)
+            acc[t] =
+                V::fma(mw, V::fbcast(reinterpret_cast<const float*>(tok[t].sums) + blk), acc[t]);
+}
+
+// Sub-block s (32 weights, 8 vectors) of Q4_K / Q5_K superblock blk:
+// S += sc * dot (hi and lo halves apart for Int16).
+template <class V, int NR, bool kI16>
+HR_KERNEL_INLINE void sub_q45(const typename V::I* w, typename V::I sc, const Tok* tok, int64_t blk,
+                              int s, typename V::I* S, typename V::I* Sl) {
+    using I = typename V::I;
+    I is[NR], il[NR];
+    for (int t = 0; t < NR; ++t) is[t] = il[t] = V::zero();
+    for (int k = 0; k < 8; ++k) {
+        const int64_t at = 256 * blk + 32 * s + 4 * k;
+        for (int t = 0; t < NR; ++t) {
+            is[t] = V::dot_u8s8(is[t], w[k], V::bcast32(tok[t].qs + at));
+            if (kI16) il[t] = V::dot_u8s8(il[t], w[k], V::bcast32(tok[t].lo + at));
+        }
+    }
+    for (int t = 0; t < NR; ++t) {
+        S[t] = V::add(S[t], V::mullo(is[t], sc));
+        if (kI16) Sl[t] = V::add(Sl[t], V::mullo(il[t], sc));
+    }
+}
+
+// The end of a Q4_K / Q5_K superblock: M = sum_s m_s * asum_s, then
+// acc = fma(v, d * da, acc); acc = fma(-M, dmin * da, acc).
+template <class V, int NR, bool kI16>
+HR_KERNEL_INLINE void finish_q45(const typename V::I* S, const typename V::I* Sl,
+                                 const typename V::I* mp, typename V::F d, typename V::F dmin,
+                                 const Tok* tok, int64_t blk, typename V::F* acc) {
+    using I = typename V::I;
+    using F = typename V::F;
+    I M[NR], Ml[NR];
+    for (int t = 0; t < NR; ++t) M[t] = Ml[t] = V::zero();
+    for (int j = 0; j < 4; ++j) {
+        for (int t = 0; t < NR; ++t) {
+            const uint8_t* sb = tok[t].sums + kKSumBytes * static_cast<uint64_t>(blk);
+            M[t] = V::dot_s16(M[t], mp[j], V::bcast32(sb + 4 * j));
+            if (kI16) Ml[t] = V::dot_s16(Ml[t], mp[j], V::bcast32(sb + 16 + 4 * j));
+        }
+    }
+    for (int t = 0; t < NR; ++t) {
+        const F da = V::fbcast(tok[t].d + blk);
+        const F v = kI16 ? V::fma(V::cvt(S[t]), V::fset1(256.0f), V::cvt(Sl[t])) : V::cvt(S[t]);
+        acc[t] = V::fma(v, V::fmul(d, da), acc[t]);
+        const I m = kI16 ? V::add(V::template sll<8>(M[t]), Ml[t]) : M[t];
+        acc[t] = V::fnma(V::cvt(m), V::fmul(dmin, da), acc[t]);
+    }
+}
+
+// Sub-block s (16 weights, 4 vectors) of Q6_K superblock blk:
+// S += sc * (dot - 32 * asum).
+template <class V, int NR, bool kI16>
+HR_KERNEL_INLINE void sub_q6(const typename V::I* w, typename V::I sc, const Tok* tok, int64_t blk,
+                             int s, typename V::I* S, typename V::I* Sl) {
+    using I = typename V::I;
+    I is[NR], il[NR];
+    for (int t = 0; t < NR; ++t) {
+        const uint8_t* sb = tok[t].sums + kKSumBytes * static_cast<uint64_t>(blk);
+        is[t] = V::bcast32(sb + 4 * s);
+        if (kI16) il[t] = V::bcast32(sb + 64 + 4 * s);
+    }
+    for (int k = 0; k < 4; ++k) {
+        const int64_t at = 256 * blk + 16 * s + 4 * k;
+        for (int t = 0; t < NR; ++t) {
+            is[t] = V::dot_u8s8(is[t], w[k], V::bcast32(tok[t].qs + at));
+            if (kI16) il[t] = V::dot_u8s8(il[t], w[k], V::bcast32(tok[t].lo + at));
+        }
+    }
+    for (int t = 0; t < NR; ++t) {
+        S[t] = V::add(S[t], V::mullo(is[t], sc));
+        if (kI16) Sl[t] = V::add(Sl[t], V::mullo(il[t], sc));
+    }
+}
+
+template <class V, int NR, bool kI16>
+HR_KERNEL_INLINE void finish_q6(const typename V::I* S, const typename V::I* Sl, typename V::F d,
+                                const Tok* tok, int64_t blk, typename V::F* acc) {
+    using F = typename V::F;
+    for (int t = 0; t < NR; ++t) {
+        const F v = kI16 ? V::fma(V::cvt(S[t]), V::fset1(256.0f), V::cvt(Sl[t])) : V::cvt(S[t]);
+        acc[t] = V::fma(v, V::fmul(d, V::fbcast(tok[t].d + blk)), acc[t]);
+    }
+}
+
+template <TensorType T>
+inline constexpr bool is_k_type_v =
+    T == TensorType::Q4_K || T == TensorType::Q5_K || T == TensorType::Q6_K;
+
+// ---- micro-kernels: panel (a batch) and direct (a few tokens) ----------------
+
+// Blocks [b0, b0 + nb) of a row group for NR tokens, from a packed panel.
+template <class V, TensorType T, int NR, bool kI16>
+void micro_panel(const uint8_t* panel, int64_t b0, int64_t nb, const Tok* tok, int n_valid,
+                 bool first) {
+    using I = typename V::I;
+    using F = typename V::F;
+    constexpr uint64_t vb = V::kBytes;
+    constexpr uint64_t stride = panel_block_bytes<V>(T);
+    F acc[NR];
+    load_acc<V, NR>(acc, tok, n_valid, first);
+    for (int64_t b = 0; b < nb; ++b, panel += stride) {
+        const int64_t blk = b0 + b;
+        I w[8];
+        if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
+            I S[NR], Sl[NR], mp[4];
+            for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
+            for (int s = 0; s < 8; ++s) {
+                for (int k = 0; k < 8; ++k) w[k] = V::load(panel + (8 * s + k) * vb);
+                sub_q45<V, NR, kI16>(w, V::load(panel + (64 + s) * vb), tok, blk, s, S, Sl);
+            }
+            for (int j = 0; j < 4; ++j) mp[j] = V::load(panel + (72 + j) * vb);
+            finish_q45<V, NR, kI16>(
+                S, Sl, mp, V::fload(reinterpret_cast<const float*>(panel + 76 * vb)),
+                V::fload(reinterpret_cast<const float*>(panel + 77 * vb)), tok, blk, acc);
+        } else if constexpr (T == TensorType::Q6_K) {
+            I S[NR], Sl[NR];
+            for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
+            for (int s = 0; s < 16; ++s) {
+                for (int k = 0; k < 4; ++k) w[k] = V::load(panel + (4 * s + k) * vb);
+                sub_q6<V, NR, kI16>(w, V::load(panel + (64 + s) * vb), tok, blk, s, S, Sl);
+            }
+            finish_q6<V, NR, kI16>(S, Sl, V::fload(reinterpret_cast<const float*>(panel + 80 * vb)),
+                                   tok, blk, acc);
+        } else {
+            constexpr bool kMin = Read32<V, T>::kMin;
+            constexpr bool kSigned = T == TensorType::Q8_0 && !V::kQ8Unsigned;
+            for (int k = 0; k < 8; ++k) w[k] = V::load(panel + k * vb);
+            const F dw = V::fload(reinterpret_cast<const float*>(panel + 8 * vb));
+            const F mw = kMin ? V::fload(reinterpret_cast<const float*>(panel + 9 * vb)) : dw;
+            block_32<V, NR, kMin, kI16, kSigned>(w, dw, mw, tok, blk, acc);
+        }
+    }
+    store_acc<V, NR>(acc, tok, n_valid);
+}
+
+// The same straight from a source (pack.h): each block is read once for the
+// NR tokens, with no panel in between.
+template <class V, TensorType T, int NR, bool kI16, class Src>
+void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_valid, bool first) {
+    using I = typename V::I;
+    using F = typename V::F;
+    F acc[NR];
+    load_acc<V, NR>(acc, tok, n_valid, first);
+    for (int64_t blk = b0; blk < b0 + nb; ++blk) {
+        if constexpr (!is_k_type_v<T>) src.prefetch(blk);
+        if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
+            using R = ReadQ45K<V, T == TensorType::Q5_K>;
+            I S[NR], Sl[NR], sc[8], mp[4], w[16];
+            F d, dmin;
+            for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
+            R::scales(src, blk, sc, mp, d, dmin);
+            for (int c = 0; c < 4; ++c) {
+                src.prefetch(blk, c, 4);
+                R::pair(src, blk, c, w);
+                sub_q45<V, NR, kI16>(w, sc[2 * c], tok, blk, 2 * c, S, Sl);
+                sub_q45<V, NR, kI16>(w + 8, sc[2 * c + 1], tok, blk, 2 * c + 1, S, Sl);
+            }
+            finish_q45<V, NR, kI16>(S, Sl, mp, d, dmin, tok, blk, acc);
+        } else if constexpr (T == TensorType::Q6_K) {
+            using R = ReadQ6K<V>;
+            I S[NR], Sl[NR], sc[16], w[16];
+            F d;
+            for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
+            R::scales(src, blk, sc, d);
+            for (int h = 0; h < 2; ++h) {
+                for (int part = 0; part < 2; ++part) {
+                    src.prefetch(blk, 2 * h + part, 4);
+                    R::quarter(src, blk, h, part, w);
+                    for (int q = 0; q < 4; ++q) {
+                        const int s = 8 * h + 2 * q + part;
+                        sub_q6<V, NR, kI16>(w + 4 * q, sc[s], tok, blk, s, S, Sl);
+                    }
+                }
+            }
+            finish_q6<V, NR, kI16>(S, Sl, d, tok, blk, acc);
+        } else {
+            using R = Read32<V, T>;
+            constexpr bool kSigned = T == TensorType::Q8_0 && !V::kQ8Unsigned;
+            I w[8];
+            F dw, mw;
+            R::read(src, blk, w, dw, mw);
+            block_32<V, NR, R::kMin, kI16, kSigned>(w, dw, mw, tok, blk, acc);
+        }
+    }
+    store_acc<V, NR>(acc, tok, n_valid);
+}
+
+// ---- drivers --------------------------------------------------------------
+
+// Where a row group's weights come from: the GGUF rows, or the repacked copy.
+template <class V>
+struct GroupRef {
+    const RowGroup<V>* rows;  // set when reading the GGUF rows
+    const uint8_t* packed;    // set when reading the repacked copy
+};
+
+// The kernels for one weight type and activation precision.
+template <class V>
+struct IntKernel {
+    using Pack = void (*)(const GroupRef<V>&, int64_t, int64_t, uint8_t*);
+    using Panel = void (*)(const uint8_t*, int64_t, int64_t, const Tok*, int, bool);
+    using Direct = void (*)(const GroupRef<V>&, int64_t, int64_t, const Tok*, int, bool);
+    Pack pack;         // into a panel
+    Panel panel[9];    // [nr], nr = 1..nr_max
+    Direct direct[9];  // [nr]
+    int nr_max;
+    int chunk;  // blocks per packed chunk
+};
+
+template <class V, TensorType T, bool kPacked>
+void pack_from(const GroupRef<V>& g, int64_t b0, int64_t nb, uint8_t* panel) {
+    if constexpr (kPacked)
+        pack_panel<V, T>(PackedSrc<V, T>{g.packed}, b0, nb, panel);
+    else
+        pack_panel<V, T>(RowsSrc<V, T>{*g.rows}, b0, nb, panel);
+}
+
+template <class V, TensorType T, int NR, bool kI16, bool kPacked>
+void direct_from(const GroupRef<V>& g, int64_t b0, int64_t nb, const Tok* tok, int n_valid,
+                 bool first) {
+    if constexpr (kPacked)
+        micro_direct<V, T, NR, kI16>(PackedSrc<V, T>{g.packed}, b0, nb, tok, n_valid, first);
+    else
+        micro_direct<V, T, NR, kI16>(RowsSrc<V, T>{*g.rows}, b0, nb, tok, n_valid, first);
+}
+
+template <class V, TensorType T, bool kI16, bool kPacked, int N>
+void fill_kernels(IntKernel<V>& k) {
+    if constexpr (N >= 1) {
+        k.panel[N] = &micro_panel<V, T, N, kI16>;
+        k.direct[N] = &direct_from<V, T, N, kI16, kPacked>;
+        fill_kernels<V, T, kI16, kPacked, N - 1>(k);
+    }
+}
+
+template <class V, TensorType T, bool kI16, bool kPacked>
+IntKernel<V> make_kernel() {
+    constexpr bool k_type = T == TensorType::Q4_K || T == TensorType::Q5_K || T == TensorType::Q6_K;
+    constexpr int nr =
+        k_type ? (kI16 ? V::kNrKInt16 : V::kNrKInt8) : (kI16 ? V::kNr32Int16 : V::kNr32Int8);
+    IntKernel<V> k{};
+    k.nr_max = nr;
+    k.chunk = k_type ? 2 : 16;
+    k.pack = &pack_from<V, T, kPacked>;
+    fill_kernels<V, T, kI16, kPacked, nr>(k);
+    return k;
+}
+
+template <class V, bool kI16, bool kPacked>
+IntKernel<V> int_kernel_for(TensorType t) {
+    switch (t) {
+        case TensorType::Q4_0:
+            return make_kernel<V, TensorType::Q4_0, kI16, kPacked>();
+        case TensorType::Q4_1:
+            return make_kernel<V, TensorType::Q4_1, kI16, kPacked>();
+        case TensorType::Q5_0:
+            return make_kernel<V, TensorType::Q5_0, kI16, kPacked>();
+        case TensorType::Q5_1:
+            return make_kernel<V, TensorType::Q5_1, kI16, kPacked>();
+        case TensorType::Q8_0:
+            return make_kernel<V, TensorType::Q8_0, kI16, kPacked>();
+        case TensorType::Q4_K:
+            return make_kernel<V, TensorType::Q4_K, kI16, kPacked>();
+        case TensorType::Q5_K:
+            return make_kernel<V, TensorType::Q5_K, kI16, kPacked>();
+        default:
+            return make_kernel<V, TensorType::Q6_K, kI16, kPacked>();
+    }
+}
+
+template <class V>
+IntKernel<V> int_kernel(TensorType t, bool i16, bool packed) {
+    if (packed) return i16 ? int_kernel_for<V, true, true>(t) : int_kernel_for<V, false, true>(t);
+    return i16 ? int_kernel_for<V, true, false>(t) : int_kernel_for<V, false, false>(t);
+}
+
+// Row groups handed out per grab: small enough to balance, large enough to
+// keep the shared counter quiet. A batch makes each group a large piece of
+// work: then one at a time.
+inline int64_t grab_size(int64_t n_groups, int n_threads, int64_t n_tokens) {
+    if (n_tokens >= 16) return 1;
+    return std::max<int64_t>(1, n_groups / (32 * static_cast<int64_t>(n_threads)));
+}
+
+// A row group's rows are contiguous, but RowsSrc reads them as 16
+// interleaved streams, which the hardware prefetchers follow at half the
+// bandwidth. So while group g is read, the next group's bytes are fetched
+// into L2 as one sequential stream, a slice per chunk. (A repacked copy is
+// one sequential stream already.)
+template <class V>
+inline void prefetch_slice(const uint8_t* base, uint64_t bytes, int64_t slice, int64_t n_slices) {
+    const uint64_t begin = bytes * static_cast<uint64_t>(slice) / static_cast<uint64_t>(n_slices);
+    const uint64_t end = bytes * static_cast<uint64_t>(slice + 1) / static_cast<uint64_t>(n_slices);
+    for (uint64_t off = begin & ~uint64_t{63}; off < end; off += 64) V::prefetch_l2(base + off);
+}
+
+// Runs fn(g, thread) for every row group of w, groups handed out from a
+// shared counter.
+template <class V, class Fn>
+void for_each_group(const Matrix& w, int64_t n_tokens, const Context& ctx, Fn&& fn) {
+    constexpr int L = V::kLanes;
+    const int64_t n_groups = (w.n_rows + L - 1) / L;
+    const int64_t grab = grab_size(n_groups, ctx.pool->n_threads(), n_tokens);
+    std::atomic<int64_t> next{0};
+    ctx.pool->run([&](int thread) {
+        for (;;) {
+            const int64_t g0 = next.fetch_add(grab, std::memory_order_relaxed);
+            if (g0 >= n_groups) break;
+            const int64_t g1 = std::min(n_groups, g0 + grab);
+            for (int64_t g = g0; g < g1; ++g) fn(g, g + 1 < g1, thread);
+        }
+    });
+}
+
+// Bytes of w's repacked copy: whole row groups.
+template <class V>
+uint64_t packed_bytes(const Matrix& w) {
+    if (!is_int_type(w.type)) return 0;
+    const uint64_t n_groups = static_cast<uint64_t>((w.n_rows + V::kLanes - 1) / V::kLanes);
+    return n_groups * V::kLanes * w.row_bytes;
+}
+
+template <class V, TensorType T>
+void repack_matrix(const Matrix& w, uint8_t* dst, const Context& ctx) {
+    constexpr int L = V::kLanes;
+    const int64_t nb = w.n_cols / static_cast<int64_t>(traits(T).block_size);
+    for_each_group<V>(w, 1, ctx, [&](int64_t g, bool, int) {
+        const int64_t r0 = g * L;
+        const int n_valid = static_cast<int>(std::min<int64_t>(L, w.n_rows - r0));
+        const RowGroup<V> rg = make_row_group<V>(w.data + static_cast<uint64_t>(r0) * w.row_bytes,
+                                                 w.row_bytes, n_valid);
+        repack_group<V, T>(rg, nb, dst + static_cast<uint64_t>(r0) * w.row_bytes);
+    });
+}
+
+// Writes w's repacked copy (packed_bytes(w) bytes) to dst.
+template <class V>
+void repack(const Matrix& w, uint8_t* dst, const Context& ctx) {
+    switch (w.type) {
+        case TensorType::Q4_0:
+            return repack_matrix<V, TensorType::Q4_0>(w, dst, ctx);
+        case TensorType::Q4_1:
+            return repack_matrix<V, TensorType::Q4_1>(w, dst, ctx);
+        case TensorType::Q5_0:
+            return repack_matrix<V, TensorType::Q5_0>(w, dst, ctx);
+        case TensorType::Q5_1:
+            return repack_matrix<V, TensorType::Q5_1>(w, dst, ctx);
+        case TensorType::Q8_0:
+            return repack_matrix<V, TensorType::Q8_0>(w, dst, ctx);
+        case TensorType::Q4_K:
+            return repack_matrix<V, TensorType::Q4_K>(w, dst, ctx);
+        case TensorType::Q5_K:
+            return repack_matrix<V, TensorType::Q5_K>(w, dst, ctx);
+        case TensorType::Q6_K:
+            return repack_matrix<V, TensorType::Q6_K>(w, dst, ctx);
+        default:
+            return;
+    }
+}
+
+// y_i = x @ W_i^T for n matrices of one type and width (a layer's Q, K, V, or
+// gate and up) as one piece of work: their row groups are handed out from one
+// counter, so the threads finish together once, not n times.
+// packed[i]: W_i.packed holds this backend's repacked copy.
+template <class V>
+void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x, const Context& ctx,
+                const bool* packed) {
+    constexpr int L = V::kLanes;
+    constexpr int kMaxMatrices = 4;
+    HR_CHECK(n >= 1 && n <= kMaxMatrices);
+    const Matrix& w0 = *ws[0];
+    const ActLayout al = act_layout(w0.n_cols, w0.type, x.quant);
+    const int64_t nb = w0.n_cols / al.block;
+    IntKernel<V> kern[kMaxMatrices];
+    int64_t first_group[kMaxMatrices + 1];
+    first_group[0] = 0;
+    for (int i = 0; i < n; ++i) {
+        kern[i] = int_kernel<V>(ws[i]->type, x.quant == ActPrecision::Int16, packed[i]);
+        first_group[i + 1] = first_group[i] + (ws[i]->n_rows + L - 1) / L;
+    }
+    const int64_t n_chunks = (nb + kern[0].chunk - 1) / kern[0].chunk;
+    const bool direct = x.n_tokens <= kern[0].nr_max;
+    const int64_t n_groups = first_group[n];
+    const int64_t grab = grab_size(n_groups, ctx.pool->n_threads(), x.n_tokens);
+    std::atomic<int64_t> next{0};
+    ctx.pool->run([&](int thread) {
+        uint8_t* panel = ctx.thread_scratch(thread);
+        Tok tok[16];
+        for (;;) {
+            const int64_t g0 = next.fetch_add(grab, std::memory_order_relaxed);
+            if (g0 >= n_groups) break;
+            const int64_t g1 = std::min(n_groups, g0 + grab);
+            for (int64_t gg = g0; gg < g1; ++gg) {
+                int i = 0;
+                while (gg >= first_group[i + 1]) ++i;
+                const Matrix& w = *ws[i];
+                const IntKernel<V>& k = kern[i];
+                float* y = ys[i];
+                const int64_t r0 = (gg - first_group[i]) * L;
+                const int n_valid = static_cast<int>(std::min<int64_t>(L, w.n_rows - r0));
+                const uint64_t at = static_cast<uint64_t>(r0) * w.row_bytes;
+                RowGroup<V> rg;
+                GroupRef<V> ref{&rg, nullptr};
+                if (packed[i])
+                    ref.packed = w.packed + at;
+                else
+                    rg = make_row_group<V>(w.data + at, w.row_bytes, n_valid);
+                // The next group of this grab in the same matrix, if any.
+                const uint64_t next_bytes =
+                    gg + 1 < std::min(g1, first_group[i + 1]) && !packed[i]
+                        ? static_cast<uint64_t>(std::min<int64_t>(L, w.n_rows - r0 - L)) *
+                              w.row_bytes
+                        : 0;
+                for (int64_t b0 = 0; b0 < nb; b0 += k.chunk) {
+                    const int64_t n_chunk = std::min<int64_t>(k.chunk, nb - b0);
+                    if (next_bytes)
+                        prefetch_slice<V>(w.data + at + L * w.row_bytes, next_bytes, b0 / k.chunk,
+                                          n_chunks);
+                    if (!direct) k.pack(ref, b0, n_chunk, panel);
+                    for (int64_t t0 = 0; t0 < x.n_tokens; t0 += k.nr_max) {
+                        const int nr =
+                            static_cast<int>(std::min<int64_t>(k.nr_max, x.n_tokens - t0));
+                        for (int t = 0; t < nr; ++t) {
+                            const uint8_t* row =
+                                x.q + static_cast<uint64_t>(t0 + t) * x.q_row_bytes;
+                            tok[t] = {row, row + al.lo, reinterpret_cast<const float*>(row + al.d),
+                                      row + al.sums, y + (t0 + t) * w.n_rows + r0};
+                        }
+                        if (direct)
+                            k.direct[nr](ref, b0, n_chunk, tok, n_valid, b0 == 0);
+                        else
+                            k.panel[nr](panel, b0, n_chunk, tok, n_valid, b0 == 0);
+                    }
+                }
+            }
+        }
+    });
+}
+
+}  // namespace headroom::kernels::x86

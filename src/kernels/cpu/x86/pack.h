@@ -1,0 +1,453 @@
+// Reading quantized weights as interleaved vectors; repacking them at load
+// time; packing panels for a batch. Shared by the AVX2 and AVX-512 backends
+// (templates over the vector traits V, instantiated in each ISA's file).
+//
+// A row group is V::kLanes (L) consecutive weight rows. The readers turn one
+// block of a row group into vectors where lane r holds 4 consecutive weights
+// of row r, as u8: vector k = weights 4k..4k+3 of the block. One u8 x s8
+// multiply-add of such a vector with 4 activations broadcast to every lane
+// advances all rows' dot products at once, and each row's block sum lands in
+// its own lane, where the block's scale is applied without any horizontal
+// reduction.
+//
+// Readers take the block's fields from a source. RowsSrc reads the GGUF rows
+// as they are: 16 bytes of every row transposed to 4 vectors of dwords, f16
+// scales gathered; the hardware prefetchers follow these interleaved streams
+// poorly and the transposes cost about as much as the arithmetic. PackedSrc
+// reads a copy made at load time (repack) in which each block of a row group
+// stores exactly those vectors, one after another (the fields of Fields<T>,
+// in order): a decode step then streams one sequential run of plain loads.
+// The copy has the original's size, rounded up to whole row groups.
+//
+// A decode step consumes the vectors straight from the readers; a batch packs
+// them once into a panel and reads it for every token. Both feed the same
+// integer sums to the same f32 epilogue (gemm.h), so a row's result does not
+// depend on the path.
+//
+// Panel layout per block (vectors of 4L bytes):
+//   32-element types: w[8] (u8), d f32[L], then m f32[L] for Q4_1 / Q5_1
+//   Q4_K / Q5_K:      w[64], sc i32[8][L], min pairs i16[4][L][2], d f32[L], dmin f32[L]
+//   Q6_K:             w[64], sc i32[16][L], d f32[L]
+// Weight levels: Q4_0 nibble (w + 8), Q5_0 5 bits (w + 16), Q8_0 w + 128 when
+// V::kQ8Unsigned else w as s8, Q4_1/Q5_1/Q4_K/Q5_K the unsigned level, Q6_K
+// w + 32. The activation side subtracts offset * sum(a).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "format/tensor-type.h"
+#include "kernels/cpu/x86/backends.h"
+
+namespace headroom::kernels::x86 {
+
+template <class V>
+struct RowGroup {
+    const uint8_t* rows[V::kLanes];  // the last valid row repeats past n_valid
+    typename V::I idx;               // rows[r] - rows[0], for gathers
+    int n_valid = 0;
+};
+
+template <class V>
+RowGroup<V> make_row_group(const uint8_t* first, uint64_t row_bytes, int n_valid) {
+    RowGroup<V> g;
+    g.n_valid = n_valid;
+    alignas(64) int32_t off[V::kLanes];
+    for (int r = 0; r < V::kLanes; ++r) {
+        const int rr = r < n_valid ? r : n_valid - 1;
+        g.rows[r] = first + static_cast<uint64_t>(rr) * row_bytes;
+        off[r] = static_cast<int32_t>(static_cast<uint64_t>(rr) * row_bytes);
+    }
+    g.idx = V::load(off);
+    return g;
+}
+
+// ---- the fields of a block, and the repacked layout ------------------------
+
+constexpr uint64_t block_bytes_of(TensorType t) {
+    switch (t) {
+        case TensorType::Q4_0:
+            return 18;
+        case TensorType::Q4_1:
+            return 20;
+        case TensorType::Q5_0:
+            return 22;
+        case TensorType::Q5_1:
+            return 24;
+        case TensorType::Q8_0:
+            return 34;
+        case TensorType::Q4_K:
+            return 144;
+        case TensorType::Q5_K:
+            return 176;
+        case TensorType::Q6_K:
+            return 210;
+        default:
+            return 0;
+    }
+}
+
+enum class FieldKind : uint8_t { Dw4, Dword, Half };
+struct Field {
+    FieldKind kind;
+    uint16_t off;  // in the GGUF block
+};
+constexpr uint64_t field_bytes(FieldKind k) {
+    return k == FieldKind::Dw4 ? 16 : k == FieldKind::Dword ? 4 : 2;
+}
+
+// The fields the readers take from a block, in repacked order; their sizes add
+// up to the block's size.
+template <TensorType T>
+constexpr auto block_fields() {
+    using K = FieldKind;
+    if constexpr (T == TensorType::Q4_0) return std::array<Field, 2>{{{K::Dw4, 2}, {K::Half, 0}}};
+    if constexpr (T == TensorType::Q4_1)
+        return std::array<Field, 3>{{{K::Dw4, 4}, {K::Half, 0}, {K::Half, 2}}};
+    if constexpr (T == TensorType::Q5_0)
+        return std::array<Field, 3>{{{K::Dw4, 6}, {K::Dword, 2}, {K::Half, 0}}};
+    if constexpr (T == TensorType::Q5_1)
+        return std::array<Field, 4>{{{K::Dw4, 8}, {K::Dword, 4}, {K::Half, 0}, {K::Half, 2}}};
+    if constexpr (T == TensorType::Q8_0)
+        return std::array<Field, 3>{{{K::Dw4, 2}, {K::Dw4, 18}, {K::Half, 0}}};
+    if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
+        constexpr bool five = T == TensorType::Q5_K;
+        std::array<Field, five ? 15 : 13> f{};
+        int i = 0;
+        for (int k = 0; k < 8; ++k)
+            f[i++] = {K::Dw4, static_cast<uint16_t>((five ? 48 : 16) + 16 * k)};
+        if (five) {
+            f[i++] = {K::Dw4, 16};
+            f[i++] = {K::Dw4, 32};
+        }
+        for (int k = 0; k < 3; ++k) f[i++] = {K::Dword, static_cast<uint16_t>(4 + 4 * k)};
+        f[i++] = {K::Half, 0};
+        f[i++] = {K::Half, 2};
+        return f;
+    }
+    if constexpr (T == TensorType::Q6_K) {
+        std::array<Field, 17> f{};
+        int i = 0;
+        for (int k = 0; k < 12; ++k) f[i++] = {K::Dw4, static_cast<uint16_t>(16 * k)};
+        for (int k = 0; k < 4; ++k) f[i++] = {K::Dword, static_cast<uint16_t>(192 + 4 * k)};
+        f[i++] = {K::Half, 208};
+        return f;
+    }
+}
+
+// Offset of a field in a repacked block of L rows.
+template <TensorType T>
+constexpr uint64_t packed_offset(FieldKind kind, int off, int lanes) {
+    uint64_t at = 0;
+    for (const Field& f : block_fields<T>()) {
+        if (f.kind == kind && f.off == off) return at;
+        at += field_bytes(f.kind) * static_cast<uint64_t>(lanes);
+    }
+    return ~uint64_t{0};
+}
+
+// ---- sources --------------------------------------------------------------
+
+// The GGUF rows of a row group.
+template <class V, TensorType T>
+struct RowsSrc {
+    using I = typename V::I;
+    using F = typename V::F;
+    static constexpr uint64_t kBlockBytes = block_bytes_of(T);
+    const RowGroup<V>& g;
+
+    HR_KERNEL_INLINE void dw4(int64_t b, int off, I x[4]) const {
+        V::transpose16(g.rows, static_cast<uint64_t>(b) * kBlockBytes + off, x);
+    }
+    HR_KERNEL_INLINE I dword(int64_t b, int off) const {
+        return V::gather32(g.rows[0] + static_cast<uint64_t>(b) * kBlockBytes + off, g.idx);
+    }
+    // The f16 at `off` of every row, in the low 16 bits of each lane (reads
+    // stay inside the block).
+    HR_KERNEL_INLINE I half_bits(int64_t b, int off) const {
+        if (static_cast<uint64_t>(off) + 4 <= kBlockBytes) return dword(b, off);
+        return V::template srl<16>(dword(b, off - 2));
+    }
+    HR_KERNEL_INLINE F half(int64_t b, int off) const {
+        return V::half_lo_to_f32(half_bits(b, off));
+    }
+    void prefetch(int64_t, int = 0, int = 1) const {}  // see prefetch_slice in gemm.h
+};
+
+// A row group of the repacked copy.
+template <class V, TensorType T>
+struct PackedSrc {
+    using I = typename V::I;
+    using F = typename V::F;
+    static constexpr uint64_t kGroupBlockBytes = block_bytes_of(T) * V::kLanes;
+    const uint8_t* base;  // the group's first block
+
+    HR_KERNEL_INLINE const uint8_t* at(int64_t b, FieldKind k, int off) const {
+        return base + static_cast<uint64_t>(b) * kGroupBlockBytes +
+               packed_offset<T>(k, off, V::kLanes);
+    }
+    HR_KERNEL_INLINE void dw4(int64_t b, int off, I x[4]) const {
+        const uint8_t* p = at(b, FieldKind::Dw4, off);
+        for (int j = 0; j < 4; ++j) x[j] = V::load(p + j * V::kBytes);
+    }
+    HR_KERNEL_INLINE I dword(int64_t b, int off) const {
+        return V::load(at(b, FieldKind::Dword, off));
+    }
+    HR_KERNEL_INLINE F half(int64_t b, int off) const {
+        return V::load_f16(at(b, FieldKind::Half, off));
+    }
+    // Asks for slice `part` (of n_parts) of a block about 2 KiB ahead of
+    // block b: a steady trickle of prefetches keeps more of the stream in
+    // flight than the hardware prefetcher alone.
+    HR_KERNEL_INLINE void prefetch(int64_t b, int part = 0, int n_parts = 1) const {
+        constexpr uint64_t kAheadBlocks = (2048 + kGroupBlockBytes - 1) / kGroupBlockBytes;
+        const uint64_t begin = kGroupBlockBytes * static_cast<uint64_t>(part) / n_parts;
+        const uint64_t end = kGroupBlockBytes * static_cast<uint64_t>(part + 1) / n_parts;
+        const uint8_t* p = base + (static_cast<uint64_t>(b) + kAheadBlocks) * kGroupBlockBytes;
+        for (uint64_t o = begin & ~uint64_t{63}; o < end; o += 64) V::prefetch(p + o);
+    }
+};
+
+// Writes the repacked copy of one row group: every field of every block, as
+// PackedSrc reads it.
+template <class V, TensorType T>
+void repack_group(const RowGroup<V>& g, int64_t n_blocks, uint8_t* dst) {
+    const RowsSrc<V, T> src{g};
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        for (const Field& f : block_fields<T>()) {
+            if (f.kind == FieldKind::Dw4) {
+                typename V::I x[4];
+                src.dw4(b, f.off, x);
+                for (int j = 0; j < 4; ++j) V::store(dst + j * V::kBytes, x[j]);
+            } else if (f.kind == FieldKind::Dword) {
+                V::store(dst, src.dword(b, f.off));
+            } else {
+                V::store_lo16(dst, src.half_bits(b, f.off));
+            }
+            dst += field_bytes(f.kind) * V::kLanes;
+        }
+    }
+}
+
+// ---- readers ----------------------------------------------------------------
+
+// Spreads bits 0..3 of each lane to bit 4 of bytes 0..3.
+template <class V>
+HR_KERNEL_INLINE typename V::I spread_nibble_to_bit4(typename V::I t) {
+    // t * (2^4 + 2^11 + 2^18 + 2^25) puts bit k at 8k + 4 (and nowhere it collides).
+    return V::and_(V::mullo(t, V::set1(0x02040810)), V::set1(0x10101010));
+}
+
+// Q4_0 {f16 d; u8 qs[16]}, Q4_1 {f16 d, m; u8 qs[16]}, Q5_0 {f16 d; u32 qh;
+// u8 qs[16]}, Q5_1 {f16 d, m; u32 qh; u8 qs[16]}: weights 0..15 are the low
+// nibbles, 16..31 the high ones; Q5 adds bit j of qh as 16. Q8_0 {f16 d; i8 qs[32]}.
+template <class V, TensorType T>
+struct Read32 {
+    using I = typename V::I;
+    using F = typename V::F;
+    static constexpr bool kMin = T == TensorType::Q4_1 || T == TensorType::Q5_1;
+    static constexpr bool kFive = T == TensorType::Q5_0 || T == TensorType::Q5_1;
+
+    template <class Src>
+    HR_KERNEL_INLINE static void read(const Src& src, int64_t b, I w[8], F& d, F& m) {
+        if constexpr (T == TensorType::Q8_0) {
+            src.dw4(b, 2, w);
+            src.dw4(b, 18, w + 4);
+            for (int j = 0; j < 8; ++j) {
+                if constexpr (V::kQ8Unsigned)
+                    w[j] = V::xor_(w[j], V::set1_8(static_cast<int8_t>(0x80)));
+                else
+                    w[j] = V::clamp_q8(w[j]);
+            }
+            d = src.half(b, 0);
+            return;
+        }
+        const I low4 = V::set1_8(0x0F);
+        I x[4];
+        src.dw4(b, (kMin ? 4 : 2) + (kFive ? 4 : 0), x);
+        for (int j = 0; j < 4; ++j) {
+            w[j] = V::and_(x[j], low4);
+            w[j + 4] = V::and_(V::template srl16<4>(x[j]), low4);
+        }
+        if constexpr (kFive) {
+            const I qh = src.dword(b, kMin ? 4 : 2);
+            const I nib = V::set1(0xF);
+            for (int j = 0; j < 4; ++j) {
+                w[j] = V::or_(w[j],
+                              spread_nibble_to_bit4<V>(V::and_(V::srlv(qh, V::set1(4 * j)), nib)));
+                w[j + 4] = V::or_(w[j + 4], spread_nibble_to_bit4<V>(
+                                                V::and_(V::srlv(qh, V::set1(16 + 4 * j)), nib)));
+            }
+        }
+        d = src.half(b, 0);
+        if constexpr (kMin) m = src.half(b, 2);
+    }
+};
+
+// Q4_K {f16 d, dmin; u8 scales[12]; u8 qs[128]}, Q5_K {...; u8 qh[32]; u8 qs[128]}:
+// sub-block s (32 weights) takes the low (s even) or high nibbles of qs bytes
+// 32 (s / 2) .. +31, plus for Q5_K bit s of qh[l] as 16; 6-bit scales and mins.
+template <class V, bool kFive>
+struct ReadQ45K {
+    using I = typename V::I;
+    using F = typename V::F;
+
+    // sc[s] and the mins as pairs (m[2j] | m[2j + 1] << 16), both per lane.
+    template <class Src>
+    HR_KERNEL_INLINE static void scales(const Src& src, int64_t b, I sc[8], I mp[4], F& d,
+                                        F& dmin) {
+        // A = scales[0..3], B = [4..7], C = [8..11]
+        const I A = src.dword(b, 4), B = src.dword(b, 8), C = src.dword(b, 12);
+        const I m6 = V::set1(63), m4 = V::set1(0xF), m2 = V::set1(3);
+        I mn[8];
+        for (int s = 0; s < 4; ++s) {
+            const I sh = V::set1(8 * s), sh4 = V::set1(8 * s + 4), sh6 = V::set1(8 * s + 6);
+            sc[s] = V::and_(V::srlv(A, sh), m6);
+            mn[s] = V::and_(V::srlv(B, sh), m6);
+            sc[s + 4] = V::or_(V::and_(V::srlv(C, sh), m4),
+                               V::template sll<4>(V::and_(V::srlv(A, sh6), m2)));
+            mn[s + 4] = V::or_(V::and_(V::srlv(C, sh4), m4),
+                               V::template sll<4>(V::and_(V::srlv(B, sh6), m2)));
+        }
+        for (int j = 0; j < 4; ++j) mp[j] = V::or_(mn[2 * j], V::template sll<16>(mn[2 * j + 1]));
+        d = src.half(b, 0);
+        dmin = src.half(b, 2);
+    }
+
+    // Sub-blocks 2c (w[0..8)) and 2c + 1 (w[8..16)).
+    template <class Src>
+    HR_KERNEL_INLINE static void pair(const Src& src, int64_t b, int c, I w[16]) {
+        const int qs = (kFive ? 48 : 16) + 32 * c;
+        const I low4 = V::set1_8(0x0F);
+        I x[8];
+        src.dw4(b, qs, x);
+        src.dw4(b, qs + 16, x + 4);
+        for (int k = 0; k < 8; ++k) {
+            w[k] = V::and_(x[k], low4);
+            w[k + 8] = V::and_(V::template srl16<4>(x[k]), low4);
+        }
+        if constexpr (kFive) {
+            I h[8];
+            src.dw4(b, 16, h);
+            src.dw4(b, 32, h + 4);
+            const I bit0 = V::set1_8(0x01), bit1 = V::set1_8(0x02);
+            for (int k = 0; k < 8; ++k) {
+                // bits 2c (low sub-block) and 2c + 1 (high) of each qh byte, to bit 4
+                const I hb = V::srlv(h[k], V::set1(2 * c));
+                w[k] = V::or_(w[k], V::template sll<4>(V::and_(hb, bit0)));
+                w[k + 8] = V::or_(w[k + 8], V::template sll<3>(V::and_(hb, bit1)));
+            }
+        }
+    }
+};
+
+// Q6_K {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}: in half h, group q of 32
+// weights takes the low (q = 0, 1) or high (q = 2, 3) nibbles of
+// ql[64h + 32 (q % 2) + l] and bits 2q, 2q + 1 of qh[32h + l] as bits 4, 5.
+// 16 weights share a scale.
+template <class V>
+struct ReadQ6K {
+    using I = typename V::I;
+    using F = typename V::F;
+
+    template <class Src>
+    HR_KERNEL_INLINE static void scales(const Src& src, int64_t b, I sc[16], F& d) {
+        for (int q = 0; q < 4; ++q) {
+            const I s4 = src.dword(b, 192 + 4 * q);
+            sc[4 * q + 0] = V::template sra<24>(V::template sll<24>(s4));
+            sc[4 * q + 1] = V::template sra<24>(V::template sll<16>(s4));
+            sc[4 * q + 2] = V::template sra<24>(V::template sll<8>(s4));
+            sc[4 * q + 3] = V::template sra<24>(s4);
+        }
+        d = src.half(b, 208);
+    }
+
+    // Half h, weights l in [16 part, 16 part + 16) of each group q: sub-block
+    // 8h + 2q + part, its 4 vectors at w[4q .. 4q + 4).
+    template <class Src>
+    HR_KERNEL_INLINE static void quarter(const Src& src, int64_t b, int h, int part, I w[16]) {
+        I la[4], lb[4], qh[4];
+        src.dw4(b, 64 * h + 16 * part, la);
+        src.dw4(b, 64 * h + 32 + 16 * part, lb);
+        src.dw4(b, 128 + 32 * h + 16 * part, qh);
+        const I low4 = V::set1_8(0x0F), m30 = V::set1_8(0x30);
+        for (int k = 0; k < 4; ++k) {
+            w[k] = V::or_(V::and_(la[k], low4), V::and_(V::template sll<4>(qh[k]), m30));
+            w[4 + k] = V::or_(V::and_(lb[k], low4), V::and_(V::template sll<2>(qh[k]), m30));
+            w[8 + k] = V::or_(V::and_(V::template srl16<4>(la[k]), low4), V::and_(qh[k], m30));
+            w[12 + k] = V::or_(V::and_(V::template srl16<4>(lb[k]), low4),
+                               V::and_(V::template srl<2>(qh[k]), m30));
+        }
+    }
+};
+
+// ---- panels ---------------------------------------------------------------
+
+// Bytes of one packed panel block.
+template <class V>
+constexpr uint64_t panel_block_bytes(TensorType t) {
+    constexpr uint64_t vb = 4 * V::kLanes;
+    switch (t) {
+        case TensorType::Q4_1:
+        case TensorType::Q5_1:
+            return 10 * vb;
+        case TensorType::Q4_K:
+        case TensorType::Q5_K:
+            return (64 + 8 + 4 + 2) * vb;
+        case TensorType::Q6_K:
+            return (64 + 16 + 1) * vb;
+        default:
+            return 9 * vb;
+    }
+}
+
+// Blocks [b0, b0 + nb) of a row group into a panel.
+template <class V, TensorType T, class Src>
+void pack_panel(const Src& src, int64_t b0, int64_t nb, uint8_t* panel) {
+    using I = typename V::I;
+    using F = typename V::F;
+    constexpr uint64_t vb = V::kBytes;
+    for (int64_t b = b0; b < b0 + nb; ++b, panel += panel_block_bytes<V>(T)) {
+        if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
+            using R = ReadQ45K<V, T == TensorType::Q5_K>;
+            I w[16], sc[8], mp[4];
+            F d, dmin;
+            for (int c = 0; c < 4; ++c) {
+                R::pair(src, b, c, w);
+                for (int k = 0; k < 16; ++k) V::store(panel + (16 * c + k) * vb, w[k]);
+            }
+            R::scales(src, b, sc, mp, d, dmin);
+            for (int s = 0; s < 8; ++s) V::store(panel + (64 + s) * vb, sc[s]);
+            for (int j = 0; j < 4; ++j) V::store(panel + (72 + j) * vb, mp[j]);
+            V::fstore(reinterpret_cast<float*>(panel + 76 * vb), d);
+            V::fstore(reinterpret_cast<float*>(panel + 77 * vb), dmin);
+        } else if constexpr (T == TensorType::Q6_K) {
+            using R = ReadQ6K<V>;
+            I w[16], sc[16];
+            F d;
+            for (int h = 0; h < 2; ++h) {
+                for (int part = 0; part < 2; ++part) {
+                    R::quarter(src, b, h, part, w);
+                    for (int q = 0; q < 4; ++q) {
+                        const int s = 8 * h + 2 * q + part;  // sub-block: vectors 4s .. 4s + 4
+                        for (int k = 0; k < 4; ++k)
+                            V::store(panel + (4 * s + k) * vb, w[4 * q + k]);
+                    }
+                }
+            }
+            R::scales(src, b, sc, d);
+            for (int s = 0; s < 16; ++s) V::store(panel + (64 + s) * vb, sc[s]);
+            V::fstore(reinterpret_cast<float*>(panel + 80 * vb), d);
+        } else {
+            using R = Read32<V, T>;
+            I w[8];
+            F d, m;
+            R::read(src, b, w, d, m);
+            for (int k = 0; k < 8; ++k) V::store(panel + k * vb, w[k]);
+            V::fstore(reinterpret_cast<float*>(panel + 8 * vb), d);
+            if constexpr (R::kMin) V::fstore(reinterpret_cast<float*>(panel + 9 * vb), m);
+        }
+    }
+}
+
+}  // namespace headroom::kernels::x86

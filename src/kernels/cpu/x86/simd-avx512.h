@@ -1,0 +1,209 @@
+// The vector operations the shared x86 kernels (gemm.h, pack.h, attention.h,
+// elementwise.h) are written in, for AVX-512 (F, BW, VL, DQ, VNNI): 16 int32
+// or f32 lanes. Include only from files compiled with the AVX-512 flags.
+//
+// Every function here is a static member of Avx512 so that nothing with
+// external linkage is compiled twice with different instruction sets.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace headroom::kernels::x86 {
+
+struct Avx512 {
+    static constexpr int kLanes = 16;  // f32 / int32 lanes, = rows of a packed panel
+    static constexpr int kBytes = 64;
+    // Q8_0 weights are packed as u8 = w + 128 (vpdpbusd takes u8 x s8 without
+    // saturating); the activation side subtracts 128 * sum(a).
+    static constexpr bool kQ8Unsigned = true;
+    // Tokens per micro-kernel call (register budget: 32 vectors) and the
+    // float kernels' rows x tokens tile.
+    static constexpr int kNr32Int8 = 8, kNr32Int16 = 6, kNrKInt8 = 6, kNrKInt16 = 4;
+    static constexpr int kFloatMr = 4, kFloatNr = 4;
+    using I = __m512i;
+    using F = __m512;
+
+    // ---- integers ----
+    static I zero() { return _mm512_setzero_si512(); }
+    static I load(const void* p) { return _mm512_loadu_si512(p); }
+    static void store(void* p, I v) { _mm512_storeu_si512(p, v); }
+    static I bcast32(const void* p) {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        return _mm512_set1_epi32(v);
+    }
+    static I set1(int32_t v) { return _mm512_set1_epi32(v); }
+    static I set1_8(int8_t v) { return _mm512_set1_epi8(v); }
+    // acc + sum of 4 products u8 x s8 per int32 lane (exact, no saturation).
+    static I dot_u8s8(I acc, I u8, I s8) { return _mm512_dpbusd_epi32(acc, u8, s8); }
+    // acc + sum of 2 products s16 x s16 per int32 lane.
+    static I dot_s16(I acc, I a, I b) { return _mm512_dpwssd_epi32(acc, a, b); }
+    static I add(I a, I b) { return _mm512_add_epi32(a, b); }
+    static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
+    static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
+    static I and_(I a, I b) { return _mm512_and_si512(a, b); }
+    static I or_(I a, I b) { return _mm512_or_si512(a, b); }
+    static I xor_(I a, I b) { return _mm512_xor_si512(a, b); }
+    template <int N>
+    static I sll(I a) {
+        return _mm512_slli_epi32(a, N);
+    }
+    template <int N>
+    static I srl(I a) {
+        return _mm512_srli_epi32(a, N);
+    }
+    template <int N>
+    static I sra(I a) {
+        return _mm512_srai_epi32(a, N);
+    }
+    static I srlv(I a, I n) { return _mm512_srlv_epi32(a, n); }
+    static int32_t reduce_add(I a) { return _mm512_reduce_add_epi32(a); }
+
+    // ---- floats ----
+    static F fzero() { return _mm512_setzero_ps(); }
+    static F fload(const float* p) { return _mm512_loadu_ps(p); }
+    static void fstore(float* p, F v) { _mm512_storeu_ps(p, v); }
+    static F fset1(float v) { return _mm512_set1_ps(v); }
+    static F fbcast(const float* p) { return _mm512_set1_ps(*p); }
+    // The first n lanes (n < kLanes), zero elsewhere.
+    static F fload_n(const float* p, int n) {
+        return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
+    }
+    static void fstore_n(float* p, F v, int n) {
+        _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
+    }
+    static F cvt(I a) { return _mm512_cvtepi32_ps(a); }
+    static F as_f(I a) { return _mm512_castsi512_ps(a); }
+    static I as_i(F a) { return _mm512_castps_si512(a); }
+    static I cvt_rne(F a) { return _mm512_cvtps_epi32(a); }
+    static F fadd(F a, F b) { return _mm512_add_ps(a, b); }
+    static F fsub(F a, F b) { return _mm512_sub_ps(a, b); }
+    static F fmul(F a, F b) { return _mm512_mul_ps(a, b); }
+    static F fdiv(F a, F b) { return _mm512_div_ps(a, b); }
+    static F fmax(F a, F b) { return _mm512_max_ps(a, b); }
+    static F fmin(F a, F b) { return _mm512_min_ps(a, b); }
+    static F fabs(F a) { return _mm512_abs_ps(a); }
+    // a * b + c and c - a * b, each rounded once.
+    static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+    static F fnma(F a, F b, F c) { return _mm512_fnmadd_ps(a, b, c); }
+    static float reduce_max(F a) { return _mm512_reduce_max_ps(a); }
+    // Sum of the lanes by halving: l += l + 8, l += l + 4, l += l + 2, l += l + 1.
+    static float reduce_halving(F a) {
+        const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+        const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        const __m128 e = _mm_add_ps(q, _mm_movehl_ps(q, q));
+        return _mm_cvtss_f32(_mm_add_ss(e, _mm_movehdup_ps(e)));
+    }
+    // Lanes converted from 16 halves / bfloat16s at p.
+    static F load_f16(const void* p) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+    }
+    static F load_bf16(const void* p) {
+        const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    }
+    static F load_f16_n(const void* p, int n) {
+        const __m256i v = _mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << n) - 1), p);
+        return _mm512_cvtph_ps(v);
+    }
+    static F load_bf16_n(const void* p, int n) {
+        const __m256i h = _mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << n) - 1), p);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    // Low 16 bits of each int32 lane taken as a half.
+    static F half_lo_to_f32(I a) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(a)); }
+    static F half_hi_to_f32(I a) {
+        return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(a, 16)));
+    }
+
+    // Stores the low 16 bits of each lane (kLanes u16).
+    static void store_lo16(void* p, I a) {
+        _mm256_storeu_si256(static_cast<__m256i*>(p), _mm512_cvtepi32_epi16(a));
+    }
+
+    // ---- gathering rows for the packers ----
+    // int32 lane r = 4 bytes at base + idx[r].
+    static I gather32(const uint8_t* base, I idx) { return _mm512_i32gather_epi32(idx, base, 1); }
+    // x[i] lane r = dword i of the 16 bytes at rows[r] + off (a 16 x 4 dword transpose).
+    static void transpose16(const uint8_t* const* rows, uint64_t off, I x[4]) {
+        I v[4];
+        for (int j = 0; j < 4; ++j) {
+            __m512i t = _mm512_castsi128_si512(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j] + off)));
+            t = _mm512_inserti32x4(
+                t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j + 4] + off)), 1);
+            t = _mm512_inserti32x4(
+                t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j + 8] + off)), 2);
+            t = _mm512_inserti32x4(
+                t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j + 12] + off)), 3);
+            v[j] = t;
+        }
+        const I t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
+        const I t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
+        x[0] = _mm512_unpacklo_epi64(t0, t2);
+        x[1] = _mm512_unpackhi_epi64(t0, t2);
+        x[2] = _mm512_unpacklo_epi64(t1, t3);
+        x[3] = _mm512_unpackhi_epi64(t1, t3);
+    }
+    template <int N>
+    static I srl16(I a) {
+        return _mm512_srli_epi16(a, N);
+    }
+
+    // ---- activations ----
+    // Packs the 16 int32 lanes (each in [-128, 127]) to int8 at p.
+    static void store_i8(void* p, I a) {
+        _mm_storeu_si128(static_cast<__m128i*>(p), _mm512_cvtepi32_epi8(a));
+    }
+    // Sign-extends the low byte of each lane.
+    static I low_byte_signed(I a) { return _mm512_srai_epi32(_mm512_slli_epi32(a, 24), 24); }
+
+    // ---- attention ----
+    // v with lanes outside [j0, j1) replaced by fill.
+    static F fkeep(F v, int j0, int j1, float fill) {
+        const auto m = static_cast<__mmask16>(((1u << j1) - 1) & ~((1u << j0) - 1));
+        return _mm512_mask_blend_ps(m, _mm512_set1_ps(fill), v);
+    }
+    // 16 int8 at p as f32.
+    static F load_i8(const void* p) {
+        return _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
+    }
+    // In-place transpose of a 16 x 16 matrix of f32 (r[i] = row i).
+    static void transpose_square(F r[16]) {
+        __m512 t[16];
+        for (int i = 0; i < 16; i += 2) {
+            t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+            t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+        }
+        // t[2k], t[2k+1]: rows 2k, 2k+1 interleaved (lo / hi pairs per 128-bit lane)
+        __m512 u[16];
+        for (int i = 0; i < 16; i += 4) {
+            u[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+            u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+            u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+            u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+        }
+        // u[4k + c] lane-block L holds column 4L + c of rows 4k..4k+3
+        for (int i = 0; i < 4; ++i) {
+            const __m512 a = _mm512_shuffle_f32x4(u[i], u[i + 4], _MM_SHUFFLE(2, 0, 2, 0));
+            const __m512 b = _mm512_shuffle_f32x4(u[i], u[i + 4], _MM_SHUFFLE(3, 1, 3, 1));
+            const __m512 c = _mm512_shuffle_f32x4(u[i + 8], u[i + 12], _MM_SHUFFLE(2, 0, 2, 0));
+            const __m512 d = _mm512_shuffle_f32x4(u[i + 8], u[i + 12], _MM_SHUFFLE(3, 1, 3, 1));
+            r[i] = _mm512_shuffle_f32x4(a, c, _MM_SHUFFLE(2, 0, 2, 0));
+            r[i + 8] = _mm512_shuffle_f32x4(a, c, _MM_SHUFFLE(3, 1, 3, 1));
+            r[i + 4] = _mm512_shuffle_f32x4(b, d, _MM_SHUFFLE(2, 0, 2, 0));
+            r[i + 12] = _mm512_shuffle_f32x4(b, d, _MM_SHUFFLE(3, 1, 3, 1));
+        }
+    }
+
+    static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+    static void prefetch_l2(const void* p) {
+        _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
+    }
+};
+
+}  // namespace headroom::kernels::x86

@@ -1,0 +1,93 @@
+// The fast backends' elementwise ops against the scalar reference, on sizes
+// that leave partial vectors and are large enough to run on the pool.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernel-test-util.h"
+
+namespace headroom::kernels {
+namespace {
+
+using test::fast_backends;
+using test::random_acts;
+using test::TestContext;
+
+TEST(Elementwise, RmsNormMatchesTheReference) {
+    TestContext tc(3, 64, 1);
+    for (const int64_t n : {int64_t{7}, int64_t{64}, int64_t{1000}}) {
+        const int64_t n_tokens = 70;  // 70 x 1000 elements: parallel
+        const auto x = random_acts(n_tokens, n, 1);
+        std::vector<float> w(static_cast<size_t>(n));
+        std::mt19937 rng(2);
+        for (auto& v : w) v = std::uniform_real_distribution<float>(-2, 2)(rng);
+        std::vector<float> ref(x.size());
+        rmsnorm(x.data(), w.data(), 1.0f, 1e-6f, n_tokens, n, ref.data());
+        for (const Ops* ops : fast_backends()) {
+            SCOPED_TRACE(ops->name);
+            std::vector<float> out = x;  // in place, as the forward pass calls it
+            ops->rmsnorm(out.data(), w.data(), 1.0f, 1e-6f, n_tokens, n, out.data(), tc.ctx());
+            // The sum of squares is accumulated in f32 lanes instead of f64:
+            // relative error ~ n * 2^-24 in the scale.
+            for (size_t i = 0; i < out.size(); ++i)
+                ASSERT_NEAR(out[i], ref[i], 1e-5 * (1 + std::fabs(ref[i])))
+                    << "n " << n << " element " << i;
+        }
+    }
+}
+
+TEST(Elementwise, GatedActivationsMatchTheReference) {
+    TestContext tc(2, 64, 1);
+    const int64_t n = 100003;  // parallel, with a tail
+    const auto g = random_acts(1, n, 3), u = random_acts(1, n, 4);
+    std::vector<float> silu_ref = g, gelu_ref = g;
+    silu_mul(silu_ref.data(), u.data(), n);
+    gelu_mul(gelu_ref.data(), u.data(), n);
+    for (const Ops* ops : fast_backends()) {
+        SCOPED_TRACE(ops->name);
+        std::vector<float> s = g, ge = g;
+        ops->silu_mul(s.data(), u.data(), n, tc.ctx());
+        ops->gelu_mul(ge.data(), u.data(), n, tc.ctx());
+        // exp within 2 ulp of expf, then a divide: a few ulp of the result;
+        // tanh as 1 - 2 / (e^2u + 1) loses relative precision near 0, where
+        // gelu's 1 + tanh masks it: 1e-6 of |g * u| absolute.
+        for (int64_t i = 0; i < n; ++i) {
+            ASSERT_NEAR(s[i], silu_ref[i], 2e-6 * (1 + std::fabs(silu_ref[i]))) << i;
+            ASSERT_NEAR(ge[i], gelu_ref[i], 2e-6 * (1 + std::fabs(g[i] * u[i]))) << i;
+        }
+    }
+}
+
+TEST(Elementwise, AddAndRopeAreExact) {
+    TestContext tc(2, 64, 1);
+    const auto x = random_acts(1, 70001, 5), y = random_acts(1, 70001, 6);
+    std::vector<float> ref = x;
+    add(ref.data(), y.data(), 70001);
+    const int64_t n_tokens = 37;
+    const uint32_t n_head = 6, head_dim = 64;
+    const auto q = random_acts(n_tokens, n_head * head_dim, 7);
+    std::vector<uint32_t> pos(n_tokens);
+    for (int64_t t = 0; t < n_tokens; ++t) pos[t] = static_cast<uint32_t>(t * 97 % 5000);
+    std::vector<float> factors(16);
+    for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.25f * static_cast<float>(i);
+    for (const RopeMode mode : {RopeMode::Normal, RopeMode::NeoX}) {
+        RopeArgs a{n_head, head_dim, 32, 10000.0f, 0.5f, factors.data(), mode};
+        std::vector<float> rref = q;
+        rope(rref.data(), n_tokens, pos.data(), a);
+        for (const Ops* ops : fast_backends()) {
+            SCOPED_TRACE(ops->name);
+            std::vector<float> r = q;
+            ops->rope(r.data(), n_tokens, pos.data(), a, tc.ctx());
+            for (size_t i = 0; i < r.size(); ++i) ASSERT_EQ(r[i], rref[i]) << i;
+        }
+    }
+    for (const Ops* ops : fast_backends()) {
+        std::vector<float> s = x;
+        ops->add(s.data(), y.data(), 70001, tc.ctx());
+        for (size_t i = 0; i < s.size(); ++i) ASSERT_EQ(s[i], ref[i]);
+    }
+}
+
+}  // namespace
+}  // namespace headroom::kernels

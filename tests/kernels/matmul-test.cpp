@@ -1,0 +1,268 @@
+// The fast matmuls against their specs: bit for bit against
+// ref::matmul_int / ref::matmul_float (the same float operations in the same
+// order over exact integer sums), within a derived bound of the f32 reference
+// backend, and bit for bit between a batch and its tokens run one at a time.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <tuple>
+
+#include "kernel-test-util.h"
+#include "kernels/act-format.h"
+#include "kernels/cpu/ref/quant-matmul.h"
+#include "kernels/cpu/ref/quant.h"
+
+namespace headroom::kernels {
+namespace {
+
+using test::fast_backends;
+using test::random_acts;
+using test::TestContext;
+
+// W (n_rows, n_cols) of `type`, from random f32 rows through the reference
+// quantizer (so every block is one ggml could have written).
+struct Weights {
+    std::vector<uint8_t> bytes;
+    Matrix m;
+};
+
+Weights random_weights(TensorType type, int64_t n_rows, int64_t n_cols, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 0.05f);
+    Weights w;
+    const uint64_t rb = row_bytes(type, static_cast<uint64_t>(n_cols));
+    w.bytes.resize(rb * static_cast<uint64_t>(n_rows));
+    std::vector<float> row(static_cast<size_t>(n_cols));
+    for (int64_t r = 0; r < n_rows; ++r) {
+        for (auto& v : row) v = normal(rng);
+        ref::quantize_row(type, row.data(), w.bytes.data() + static_cast<uint64_t>(r) * rb, n_cols);
+    }
+    w.m = {w.bytes.data(), type, n_rows, n_cols, rb};
+    return w;
+}
+
+std::vector<float> run(const Ops& ops, const Matrix& w, const std::vector<float>& x,
+                       int64_t n_tokens, Context& ctx) {
+    std::vector<float> y(static_cast<size_t>(n_tokens * w.n_rows), -1.0f);
+    const Acts a = ops.prepare(x.data(), n_tokens, w.n_cols, w.type, ctx);
+    ops.matmul(w, a, y.data(), ctx);
+    return y;
+}
+
+// w with its repacked copy for `ops` (in `store`), or w itself if ops reads
+// w as stored.
+Matrix repacked(const Ops& ops, const Matrix& w, std::vector<uint8_t>& store, Context& ctx) {
+    const uint64_t n = ops.packed_bytes(w);
+    if (n == 0) return w;
+    store.assign(n + 64, 0);
+    auto* dst = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(store.data()) + 63) &
+                                           ~uintptr_t{63});
+    ops.repack(w, dst, ctx);
+    Matrix p = w;
+    p.packed = dst;
+    p.packed_for = &ops;
+    return p;
+}
+
+bool same_bits(float a, float b) {
+    return std::memcmp(&a, &b, 4) == 0;
+}
+
+class IntMatmul : public ::testing::TestWithParam<std::tuple<TensorType, ActPrecision>> {};
+
+TEST_P(IntMatmul, MatchesTheSpecExactlyAndTheReferenceWithinTheQuantizationBound) {
+    const auto [type, quant] = GetParam();
+    const bool k = is_k_type(type);
+    // Rows not a multiple of 16 (a partial row group); several packed chunks.
+    const int64_t n_rows = 37, n_cols = k ? 768 : 608, n_tokens = 19;
+    const Weights w = random_weights(type, n_rows, n_cols, 7);
+    const auto x = random_acts(n_tokens, n_cols, 11);
+    std::vector<float> spec(static_cast<size_t>(n_tokens * n_rows));
+    ref::matmul_int(w.m, x.data(), n_tokens, quant, spec.data());
+
+    TestContext tc(3, static_cast<uint64_t>(n_cols), n_tokens);
+    tc.ctx().act_precision = quant;
+    const auto exact = run(ref_ops(), w.m, x, n_tokens, tc.ctx());
+
+    // |y - exact| <= sum_i |w_i| * d_i / 2 (each activation rounds by at most
+    // half its block's step d), plus f32 accumulation slack.
+    std::vector<float> wrow(static_cast<size_t>(n_cols));
+    const int act_block = k ? 256 : 32;
+    const float max_q = quant == ActPrecision::Int8 ? kInt8Max : kInt16Max;
+    std::vector<double> bound(spec.size());
+    for (int64_t r = 0; r < n_rows; ++r) {
+        ref::dequantize_row(type, w.m.data + static_cast<uint64_t>(r) * w.m.row_bytes, wrow.data(),
+                            n_cols);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            double b = 0, mag = 0;
+            for (int64_t i = 0; i < n_cols; i += act_block) {
+                float amax = 0;
+                for (int j = 0; j < act_block; ++j)
+                    amax = std::max(amax, std::fabs(x[t * n_cols + i + j]));
+                for (int j = 0; j < act_block; ++j) {
+                    b += std::fabs(wrow[i + j]) * amax / max_q / 2;
+                    mag += std::fabs(wrow[i + j] * x[t * n_cols + i + j]);
+                }
+            }
+            bound[t * n_rows + r] = b * 1.01 + mag * 1e-5;
+        }
+    }
+
+    std::vector<uint8_t> store;
+    for (const Ops* ops : fast_backends()) {
+        for (const bool packed : {false, true}) {
+            SCOPED_TRACE(std::string(ops->name) + (packed ? " repacked" : " as stored"));
+            const Matrix m = packed ? repacked(*ops, w.m, store, tc.ctx()) : w.m;
+            // Decode-sized calls read the weights directly, batches go through a panel.
+            for (const int64_t nt : {int64_t{1}, int64_t{3}, n_tokens}) {
+                const auto y = run(*ops, m, x, nt, tc.ctx());
+                for (size_t i = 0; i < y.size(); ++i) {
+                    ASSERT_TRUE(same_bits(y[i], spec[i]))
+                        << nt << " tokens: y[" << i / n_rows << ", " << i % n_rows << "] = " << y[i]
+                        << ", spec " << spec[i];
+                    ASSERT_LE(std::fabs(y[i] - exact[i]), bound[i]) << "element " << i;
+                }
+            }
+        }
+    }
+}
+
+TEST_P(IntMatmul, ABatchGivesEachTokenWhatItGetsAlone) {
+    const auto [type, quant] = GetParam();
+    const int64_t n_rows = 40, n_cols = is_k_type(type) ? 512 : 256, n_tokens = 32;
+    const Weights w = random_weights(type, n_rows, n_cols, 3);
+    const auto x = random_acts(n_tokens, n_cols, 5);
+    TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
+    tc.ctx().act_precision = quant;
+    std::vector<uint8_t> store;
+    for (const Ops* ops : fast_backends()) {
+        SCOPED_TRACE(ops->name);
+        const Matrix m = repacked(*ops, w.m, store, tc.ctx());
+        const auto batch = run(*ops, m, x, n_tokens, tc.ctx());
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            const std::vector<float> one(x.begin() + t * n_cols, x.begin() + (t + 1) * n_cols);
+            const auto alone = run(*ops, m, one, 1, tc.ctx());
+            for (int64_t r = 0; r < n_rows; ++r)
+                ASSERT_TRUE(same_bits(alone[r], batch[t * n_rows + r]))
+                    << "token " << t << " row " << r;
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, IntMatmul,
+    ::testing::Combine(::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
+                                         TensorType::Q5_1, TensorType::Q8_0, TensorType::Q4_K,
+                                         TensorType::Q5_K, TensorType::Q6_K),
+                       ::testing::Values(ActPrecision::Int8, ActPrecision::Int16)),
+    [](const auto& info) {
+        return std::string(name(std::get<0>(info.param))) +
+               (std::get<1>(info.param) == ActPrecision::Int8 ? "_Int8" : "_Int16");
+    });
+
+class F32ActsMatmul : public ::testing::TestWithParam<TensorType> {};
+
+TEST_P(F32ActsMatmul, MatchesTheSpecExactlyAndTheReferenceToRounding) {
+    const TensorType type = GetParam();
+    const bool k = is_k_type(type);
+    const int64_t n_rows = 21, n_cols = k ? 768 : 352, n_tokens = 11;
+    const Weights w = random_weights(type, n_rows, n_cols, 31);
+    const auto x = random_acts(n_tokens, n_cols, 37);
+    std::vector<float> spec(static_cast<size_t>(n_tokens * n_rows));
+    ref::matmul_f32_acts(w.m, x.data(), n_tokens, spec.data());
+    TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
+    tc.ctx().act_precision = ActPrecision::F32;
+    const auto exact = run(ref_ops(), w.m, x, n_tokens, tc.ctx());
+    std::vector<uint8_t> store;
+    for (const Ops* ops : fast_backends()) {
+        SCOPED_TRACE(ops->name);
+        const Matrix m = repacked(*ops, w.m, store, tc.ctx());
+        const auto y = run(*ops, m, x, n_tokens, tc.ctx());
+        for (size_t i = 0; i < y.size(); ++i) {
+            ASSERT_TRUE(same_bits(y[i], spec[i]))
+                << "element " << i << ": " << y[i] << " vs " << spec[i];
+            // The reference sums the same products without fma: n roundings apart.
+            ASSERT_NEAR(y[i], exact[i], 1e-5 * (1 + std::fabs(exact[i])));
+        }
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            const std::vector<float> one(x.begin() + t * n_cols, x.begin() + (t + 1) * n_cols);
+            const auto alone = run(*ops, m, one, 1, tc.ctx());
+            for (int64_t r = 0; r < n_rows; ++r)
+                ASSERT_TRUE(same_bits(alone[r], y[t * n_rows + r]));
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, F32ActsMatmul,
+                         ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
+                                           TensorType::Q5_1, TensorType::Q8_0, TensorType::Q4_K,
+                                           TensorType::Q5_K, TensorType::Q6_K),
+                         [](const auto& info) { return std::string(name(info.param)); });
+
+class FloatMatmul : public ::testing::TestWithParam<TensorType> {};
+
+TEST_P(FloatMatmul, MatchesTheSpecExactlyAndABatchMatchesSingleTokens) {
+    const TensorType type = GetParam();
+    const int64_t n_rows = 13, n_cols = 200, n_tokens = 9;  // 200: a partial vector per row
+    const Weights w = random_weights(type, n_rows, n_cols, 21);
+    const auto x = random_acts(n_tokens, n_cols, 23);
+    TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
+    const auto exact = run(ref_ops(), w.m, x, n_tokens, tc.ctx());
+    for (const Ops* ops : fast_backends()) {
+        SCOPED_TRACE(ops->name);
+        const int lanes = std::string(ops->name) == "avx512" ? 16 : 8;
+        std::vector<float> spec(static_cast<size_t>(n_tokens * n_rows));
+        ref::matmul_float(w.m, x.data(), n_tokens, lanes, spec.data());
+        const auto y = run(*ops, w.m, x, n_tokens, tc.ctx());
+        for (size_t i = 0; i < y.size(); ++i) {
+            ASSERT_TRUE(same_bits(y[i], spec[i])) << "element " << i;
+            // Only the summation order differs from the reference.
+            ASSERT_NEAR(y[i], exact[i], 1e-4 * (1 + std::fabs(exact[i])));
+        }
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            const std::vector<float> one(x.begin() + t * n_cols, x.begin() + (t + 1) * n_cols);
+            const auto alone = run(*ops, w.m, one, 1, tc.ctx());
+            for (int64_t r = 0; r < n_rows; ++r)
+                ASSERT_TRUE(same_bits(alone[r], y[t * n_rows + r]));
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, FloatMatmul,
+                         ::testing::Values(TensorType::F32, TensorType::F16, TensorType::BF16),
+                         [](const auto& info) { return std::string(name(info.param)); });
+
+TEST(Matmul, TypesWithoutFastKernelsFallBackToTheReference) {
+    const int64_t n_rows = 9, n_cols = 256;
+    std::vector<uint8_t> bytes(row_bytes(TensorType::Q3_K, n_cols) * n_rows);
+    std::mt19937 rng(4);
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng() & 0x3F);  // small scales
+    const Matrix m{bytes.data(), TensorType::Q3_K, n_rows, n_cols,
+                   row_bytes(TensorType::Q3_K, n_cols)};
+    const auto x = random_acts(2, n_cols, 9);
+    TestContext tc(2, n_cols, 2);
+    const auto exact = run(ref_ops(), m, x, 2, tc.ctx());
+    for (const Ops* ops : fast_backends()) {
+        const auto y = run(*ops, m, x, 2, tc.ctx());
+        for (size_t i = 0; i < y.size(); ++i) ASSERT_TRUE(same_bits(y[i], exact[i]));
+    }
+}
+
+}  // namespace
+}  // namespace headroom::kernels
+
+namespace headroom::kernels {
+namespace {
+
+TEST(Dispatch, OffersEveryBackendThisCpuRuns) {
+    EXPECT_EQ(avx2_ops() != nullptr, __builtin_cpu_supports("avx2") != 0);
+    EXPECT_EQ(avx512_ops() != nullptr, __builtin_cpu_supports("avx512vnni") != 0);
+    if (avx512_ops()) {
+        EXPECT_STREQ(ops().name,
+                     std::getenv("HEADROOM_ISA") ? std::getenv("HEADROOM_ISA") : "avx512");
+    }
+}
+
+}  // namespace
+}  // namespace headroom::kernels

@@ -45,6 +45,7 @@ void add_eval_command(CLI::App& app) {
         std::string tokens;
         std::string text_file;
         std::string logits_out;
+        std::string tokens_out;
         uint32_t ctx = 0;
     };
     auto o = std::make_shared<Opts>();
@@ -62,6 +63,9 @@ void add_eval_command(CLI::App& app) {
         ->excludes(tok);
     cmd->add_option("--logits-out", o->logits_out,
                     "Write every position's logits here: float32, (n_tokens, n_vocab), row-major");
+    cmd->add_option(
+        "--tokens-out", o->tokens_out,
+        "Write the scored token ids here: int32, one per position (what -f tokenized to)");
     cmd->add_option("--ctx", o->ctx, "Window size in tokens (default: all tokens in one window)");
     cmd->callback([o] {
         const LoadedModel lm = load_model(o->engine.model);
@@ -101,6 +105,13 @@ void add_eval_command(CLI::App& app) {
         if (!o->logits_out.empty()) {
             out.reset(std::fopen(o->logits_out.c_str(), "wb"));
             if (!out) fail("--logits-out {}: cannot create", o->logits_out);
+        }
+        if (!o->tokens_out.empty()) {
+            std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(o->tokens_out.c_str(), "wb"),
+                                                    &std::fclose);
+            if (!f || std::fwrite(tokens.data(), sizeof(int32_t), tokens.size(), f.get()) !=
+                          tokens.size())
+                fail("--tokens-out {}: cannot write", o->tokens_out);
         }
         Batch batch;
         const uint32_t step = runner.plan().config.max_num_batched_tokens;

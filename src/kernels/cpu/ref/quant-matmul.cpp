@@ -159,18 +159,32 @@ float as_float(int64_t v) {
 
 }  // namespace
 
-void quantize_acts(const float* x, int64_t n, int block, ActPrecision quant, int32_t* a, float* d) {
-    const float max_q = quant == ActPrecision::Int8 ? kernels::kInt8Max : kernels::kInt16Max;
+void quantize_acts(const float* x, int64_t n, int block, ActPrecision quant, int32_t* a, float* d,
+                   float* s) {
+    const bool int8 = quant == ActPrecision::Int8;
+    const float max_q = int8 ? kernels::kInt8Max : kernels::kInt16Max;
+    const bool f16_scales = int8 && block == 32;
     for (int64_t b = 0; b < n / block; ++b) {
         const float* xb = x + b * block;
         float amax = 0;
         for (int i = 0; i < block; ++i) amax = std::max(amax, std::fabs(xb[i]));
-        // Tiny blocks quantize to zero rather than overflow 1 / d.
-        const float db = amax < 1e-30f ? 0.0f : amax / max_q;
-        const float id = db != 0.0f ? 1.0f / db : 0.0f;
-        d[b] = db;
-        for (int i = 0; i < block; ++i)
+        // Tiny blocks quantize to zero rather than overflow the inverse scale.
+        const float id = amax < 1e-30f ? 0.0f : max_q / amax;
+        int32_t total = 0;
+        for (int i = 0; i < block; ++i) {
             a[b * block + i] = static_cast<int32_t>(std::nearbyint(xb[i] * id));
+            total += a[b * block + i];
+        }
+        if (id == 0.0f) {
+            d[b] = s[b] = 0.0f;
+        } else if (f16_scales) {
+            const float db = amax / max_q;
+            d[b] = f16_to_f32(f32_to_f16(db));
+            s[b] = f16_to_f32(f32_to_f16(db * static_cast<float>(total)));
+        } else {
+            d[b] = 1.0f / id;
+            s[b] = d[b] * static_cast<float>(total);
+        }
     }
 }
 
@@ -184,9 +198,10 @@ void matmul_int(const kernels::Matrix& w, const float* x, int64_t n_tokens, ActP
     const int act_block = k_type ? 256 : 32;
     std::vector<int32_t> a(static_cast<size_t>(n));
     std::vector<float> da(static_cast<size_t>(n / act_block));
+    std::vector<float> sa(static_cast<size_t>(n / act_block));
     IntBlock blk;
     for (int64_t t = 0; t < n_tokens; ++t) {
-        quantize_acts(x + t * n, n, act_block, quant, a.data(), da.data());
+        quantize_acts(x + t * n, n, act_block, quant, a.data(), da.data(), sa.data());
         for (int64_t r = 0; r < w.n_rows; ++r) {
             const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
             float acc = 0;
@@ -197,7 +212,7 @@ void matmul_int(const kernels::Matrix& w, const float* x, int64_t n_tokens, ActP
                 if (!k_type) {
                     acc = std::fma(as_float(dot(blk.q, blk.offset, ab, 0, 32, Part::Whole)),
                                    blk.d * dab, acc);
-                    if (blk.has_min) acc = std::fma(blk.m, dab * as_float(sum(ab, 0, 32)), acc);
+                    if (blk.has_min) acc = std::fma(blk.m, sa[static_cast<size_t>(b)], acc);
                     continue;
                 }
                 const bool q6 = w.type == TensorType::Q6_K;

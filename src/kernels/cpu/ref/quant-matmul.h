@@ -12,10 +12,17 @@
 
 namespace headroom::ref {
 
-// One row x[0..n) quantized in blocks of `block`: a[i] (the Int8 value, or the
-// full Int16 value 256 * hi + lo) and d[n / block].
+// One row x[0..n) quantized in blocks of `block`: a[i] (the Int8 value, or
+// the full Int16 value 256 * hi + lo), d[n / block] (each block's scale) and
+// s[n / block] (d times the block's sum of a, for the weight types with a
+// min). With amax the block's largest |x| and id = kMax / amax, a = rne(x * id);
+// Int8 rounds as llama.cpp's Q8_0 / Q8_1 / Q8_K do, so that its greedy
+// outputs can be reproduced:
+//   32-element blocks:   d = f16(amax / kMax), s = f16(amax / kMax * sum a)
+//   256-element blocks:  d = 1 / id, s = d * sum a
+// Int16 uses the 256-element rule for both.
 void quantize_acts(const float* x, int64_t n, int block, kernels::ActPrecision quant, int32_t* a,
-                   float* d);
+                   float* d, float* s);
 
 // Splits an Int16 activation into its int8 halves (a = 256 * hi + lo).
 inline void split_int16(int32_t a, int8_t* hi, int8_t* lo) {
@@ -27,7 +34,7 @@ inline void split_int16(int32_t a, int8_t* hi, int8_t* lo) {
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. Per row r and token t, with
 // exact integer block sums:
 //   32-element types:  acc = fma(isum_b, dw_b * da_b, acc)
-//                      then, Q4_1/Q5_1: acc = fma(mw_b, da_b * asum_b, acc)
+//                      then, Q4_1/Q5_1: acc = fma(mw_b, s_b, acc)
 //   Q4_K/Q5_K, Int8:   acc = fma(S, d * da, acc); acc = fma(-M, dmin * da, acc)
 //                      S = sum_s sc_s * dot_s, M = sum_s m_s * asum_s
 //   Q4_K/Q5_K, Int16:  v = fma(S_hi, 256, S_lo); acc = fma(v, d * da, acc); M as above

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/half.h"
 #include "core/thread-pool.h"
 #include "kernels/act-format.h"
 #include "kernels/kernels.h"
@@ -52,9 +53,11 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
         F m = V::fzero();
         for (int i = 0; i < bs; i += L) m = V::fmax(m, V::fabs(V::fload(xb + i)));
         const float amax = V::reduce_max(m);
-        const float db = amax < 1e-30f ? 0.0f : amax / max_q;
-        const float id = db != 0.0f ? 1.0f / db : 0.0f;
-        d[b] = db;
+        const float id = amax < 1e-30f ? 0.0f : max_q / amax;
+        // Scales as ref::quantize_acts: f16 for Int8 32-element blocks.
+        const bool f16_scales = !i16 && bs == 32;
+        const float db = id == 0.0f ? 0.0f : f16_scales ? amax / max_q : 1.0f / id;
+        d[b] = f16_scales ? f16_to_f32(f32_to_f16(db)) : db;
         const F vid = V::fset1(id);
         int32_t total = 0, part = 0, part_lo = 0;
         for (int i = 0; i < bs; i += L) {
@@ -90,9 +93,10 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
             }
         }
         if (al.sum_bytes == kKSumBytes) continue;
-        if (min_type)
-            reinterpret_cast<float*>(sums)[b] = db * static_cast<float>(total);
-        else
+        if (min_type) {
+            const float sb = db * static_cast<float>(total);
+            reinterpret_cast<float*>(sums)[b] = f16_scales ? f16_to_f32(f32_to_f16(sb)) : sb;
+        } else
             reinterpret_cast<int32_t*>(sums)[b] = -offset * total;
     }
 }

@@ -22,7 +22,7 @@ from serverlib import Server, fail_if, headroom_bin, synth_tiny  # noqa: E402
 
 tmp = tempfile.mkdtemp(prefix="headroom-serve-")
 model = synth_tiny(tmp)
-COMMON = ["-m", model, "--max-model-len", "4096", "--kv-cache-memory", "16MiB", "-t", "1"]
+COMMON = ["-m", model, "--max-model-len", "65536", "--kv-cache-memory", "16MiB", "-t", "1"]
 
 
 class Stream(threading.Thread):
@@ -97,7 +97,7 @@ print(f"ok: SIGTERM refused new connections after {t_refused:.2f}s, "
 
 # ---- Past --shutdown-timeout, what is left is aborted -----------------------------
 server = Server(COMMON + ["-q", "--shutdown-timeout", "1"])
-s = Stream(server, 3900)
+s = Stream(server, 60000)
 fail_if(not s.started.wait(60), "stream did not start")
 t_signal = time.time()
 server.proc.send_signal(signal.SIGTERM)
@@ -113,7 +113,7 @@ print(f"ok: --shutdown-timeout 1 aborted the stream after {took:.2f}s, exit 0")
 
 # ---- A second signal aborts at once ------------------------------------------------
 server = Server(COMMON + ["-q", "--shutdown-timeout", "600"])
-s = Stream(server, 3900)
+s = Stream(server, 60000)
 fail_if(not s.started.wait(60), "stream did not start")
 server.proc.send_signal(signal.SIGINT)
 time.sleep(0.5)

@@ -13,6 +13,7 @@ not. The table says how many complete on each.
 import concurrent.futures
 import json
 import os
+import random
 import pathlib
 import socket
 import subprocess
@@ -50,10 +51,15 @@ def wait_healthy(port, proc, timeout=600):
     raise RuntimeError("server did not become healthy")
 
 
+COMMON_WORDS = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on",
+                "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they"]
+
+
 def prompt_text(i):
-    # About 1,900 SmolLM2 tokens of distinct text per request.
-    words = [f"item{i}-{k}" for k in range(PROMPT_TOKENS // 4)]
-    return f"Request {i}. Repeat the list: " + " ".join(words)
+    # About PROMPT_TOKENS SmolLM2 tokens of distinct text per request: each
+    # common word with its leading space is one token.
+    rng = random.Random(i)
+    return f"Request {i}:" + "".join(" " + rng.choice(COMMON_WORDS) for _ in range(PROMPT_TOKENS - 8))
 
 
 def complete(port, i):
@@ -102,7 +108,8 @@ def main():
     port = free_port()
     kv = 2048 * KV_BYTES_PER_TOKEN
     ours, ours_s = serve([str(headroom), "serve", "-m", str(model), "--port", str(port), "--kv-cache-memory", str(kv),
-                          "--max-num-seqs", "4", "--max-model-len", "2048", "-t", threads], port)
+                          "--max-num-seqs", "4", "--max-model-len", "2048", "--served-model-name", "m", "-t", threads],
+                         port)
     rows.append((f"headroom --kv-cache-memory {kv} (2048 tokens)", ours, ours_s))
     print(f"\n{N_REQUESTS} concurrent requests of ~{PROMPT_TOKENS} prompt + {MAX_TOKENS} generated tokens, "
           f"KV budget 2048 tokens ({2048 * KV_BYTES_PER_TOKEN / 2**20:.1f} MiB)\n")

@@ -37,8 +37,8 @@ def ensure_model():
 
 def llama_cpp(path, threads):
     out = subprocess.run([str(llama_bin / "llama-batched-bench"), "-m", str(path), "-c", "8192", "-b", "2048",
-                          "-ub", "512", "-npp", "128", "-ntg", "64", "-npl", "32", "-t", str(threads),
-                          "--no-warmup"], capture_output=True, text=True, check=True).stdout
+                          "-ub", "512", "-npp", "128", "-ntg", "64", "-npl", "32", "-t", str(threads)],
+                         capture_output=True, text=True, check=True).stdout
     # Table row: |  PP |  TG |  B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
     for line in out.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]

@@ -1,6 +1,10 @@
 // Backend choice and the scratch sizes every backend agrees to. This file is
 // compiled for the baseline ISA: it checks the CPU before it touches an
 // ISA-specific table.
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
@@ -14,10 +18,18 @@ namespace headroom::kernels {
 
 namespace {
 
+#if defined(__x86_64__)
+// CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports has no "f16c").
+bool cpu_has_f16c() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+}
+#endif
+
 bool cpu_has_avx2() {
 #if defined(__x86_64__)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c() &&
+           __builtin_cpu_supports("bmi2");
 #else
     return false;
 #endif

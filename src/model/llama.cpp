@@ -69,37 +69,16 @@ class LlamaModel final : public Model {
             h.rope_style == RopeStyle::NeoX ? kernels::RopeMode::NeoX : kernels::RopeMode::Normal};
         kernels::RopeArgs rope_k = rope_q;
         rope_k.n_head = h.n_head_kv;
-        kernels::AttentionArgs attn;
-        attn.q = buf.q;
-        attn.out = buf.attn;
-        attn.n_tokens = T;
-        attn.positions = batch.positions.data();
-        attn.seq_of_token = batch.seq_of_token.data();
-        attn.seqs = batch.seqs;
-        attn.cache = &cache;
-        attn.n_head = h.n_head;
-        attn.n_head_kv = h.n_head_kv;
-        attn.head_dim_k = h.head_dim_k;
-        attn.head_dim_v = h.head_dim_v;
-        attn.scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim_k));
+        kernels::AttentionArgs attn = attention_args(batch, cache, buf);
 
         embed(batch, buf.x, 1.0f);
         for (uint32_t il = 0; il < h.n_layer; ++il) {
             const LayerWeights& l = w_.layers[il];
             ops.rmsnorm(buf.x, l.attn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
-            auto acts = ops.prepare(buf.xb, T, h.n_embd, l.wq.type, buf.ctx);
-            if (l.wk.type == l.wq.type && l.wv.type == l.wq.type) {
+            {
                 const kernels::Matrix* ws[3] = {&l.wq, &l.wk, &l.wv};
-                float* ys[3] = {buf.q, buf.k, buf.v};
-                ops.matmul_n(ws, ys, 3, acts, buf.ctx);
-            } else {
-                ops.matmul(l.wq, acts, buf.q, buf.ctx);
-                if (l.wk.type != l.wq.type)
-                    acts = ops.prepare(buf.xb, T, h.n_embd, l.wk.type, buf.ctx);
-                ops.matmul(l.wk, acts, buf.k, buf.ctx);
-                if (l.wv.type != l.wk.type)
-                    acts = ops.prepare(buf.xb, T, h.n_embd, l.wv.type, buf.ctx);
-                ops.matmul(l.wv, acts, buf.v, buf.ctx);
+                float* const ys[3] = {buf.q, buf.k, buf.v};
+                project(buf.xb, T, h.n_embd, ws, ys, 3, ops, buf.ctx);
             }
             if (l.bq) {
                 for (int64_t t = 0; t < T; ++t) {
@@ -119,24 +98,17 @@ class LlamaModel final : public Model {
             write_kv(batch, cache, il, buf.k, buf.v);
             attn.layer = il;
             ops.attention(attn, buf.ctx);
-            acts = ops.prepare(buf.attn, T, attn_dim, l.wo.type, buf.ctx);
-            ops.matmul(l.wo, acts, buf.xb, buf.ctx);
+            project(buf.attn, T, attn_dim, l.wo, buf.xb, ops, buf.ctx);
             ops.add(buf.x, buf.xb, T * h.n_embd, buf.ctx);
 
             ops.rmsnorm(buf.x, l.ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
-            acts = ops.prepare(buf.xb, T, h.n_embd, l.w_gate.type, buf.ctx);
-            if (l.w_up.type == l.w_gate.type) {
+            {
                 const kernels::Matrix* ws[2] = {&l.w_gate, &l.w_up};
-                float* ys[2] = {buf.gate, buf.up};
-                ops.matmul_n(ws, ys, 2, acts, buf.ctx);
-            } else {
-                ops.matmul(l.w_gate, acts, buf.gate, buf.ctx);
-                acts = ops.prepare(buf.xb, T, h.n_embd, l.w_up.type, buf.ctx);
-                ops.matmul(l.w_up, acts, buf.up, buf.ctx);
+                float* const ys[2] = {buf.gate, buf.up};
+                project(buf.xb, T, h.n_embd, ws, ys, 2, ops, buf.ctx);
             }
             ops.silu_mul(buf.gate, buf.up, T * h.n_ff, buf.ctx);
-            acts = ops.prepare(buf.gate, T, h.n_ff, l.w_down.type, buf.ctx);
-            ops.matmul(l.w_down, acts, buf.xb, buf.ctx);
+            project(buf.gate, T, h.n_ff, l.w_down, buf.xb, ops, buf.ctx);
             ops.add(buf.x, buf.xb, T * h.n_embd, buf.ctx);
         }
         output_logits(batch, buf, ops, 0.0f);

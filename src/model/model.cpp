@@ -135,6 +135,41 @@ void Model::write_kv(const Batch& batch, const KvCache& cache, uint32_t layer, c
     }
 }
 
+void Model::project(const float* x, int64_t n_tokens, int64_t n_in,
+                    const kernels::Matrix* const* ws, float* const* ys, int n,
+                    const kernels::Ops& ops, const kernels::Context& ctx) const {
+    kernels::Acts acts;
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        while (j < n && ws[j]->type == ws[i]->type) ++j;
+        if (i == 0 || ws[i]->type != acts.w_type)
+            acts = ops.prepare(x, n_tokens, n_in, ws[i]->type, ctx);
+        if (j - i == 1)
+            ops.matmul(*ws[i], acts, ys[i], ctx);
+        else
+            ops.matmul_n(ws + i, ys + i, j - i, acts, ctx);
+        i = j;
+    }
+}
+
+kernels::AttentionArgs Model::attention_args(const Batch& batch, const KvCache& cache,
+                                             const ForwardBuffers& buf) const {
+    kernels::AttentionArgs a;
+    a.q = buf.q;
+    a.out = buf.attn;
+    a.n_tokens = static_cast<int64_t>(batch.n_tokens());
+    a.positions = batch.positions.data();
+    a.seq_of_token = batch.seq_of_token.data();
+    a.seqs = batch.seqs;
+    a.cache = &cache;
+    a.n_head = hp_.n_head;
+    a.n_head_kv = hp_.n_head_kv;
+    a.head_dim_k = hp_.head_dim_k;
+    a.head_dim_v = hp_.head_dim_v;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim_k));
+    return a;
+}
+
 // Gathers the rows that need logits into xb, normalizes them, and projects
 // onto the vocabulary: logits (n_rows, n_vocab).
 void Model::output_logits(const Batch& batch, const ForwardBuffers& buf, const kernels::Ops& ops,

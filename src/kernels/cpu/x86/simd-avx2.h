@@ -16,6 +16,7 @@
 namespace headroom::kernels::x86 {
 
 struct Avx2 {
+    static constexpr const char* kName = "avx2";
     static constexpr int kLanes = 8;
     static constexpr int kBytes = 32;
     static constexpr bool kQ8Unsigned = false;

@@ -14,6 +14,7 @@
 namespace headroom::kernels::x86 {
 
 struct Avx512 {
+    static constexpr const char* kName = "avx512";
     static constexpr int kLanes = 16;  // f32 / int32 lanes, = rows of a packed panel
     static constexpr int kBytes = 64;
     // Q8_0 weights are packed as u8 = w + 128 (vpdpbusd takes u8 x s8 without

@@ -84,10 +84,21 @@ HR_KERNEL_INLINE void block_32(const typename V::I* w, typename V::F dw, typenam
         ia[t] = kI16 ? V::zero() : corr;
         if (kI16) il[t] = corr;
     }
-    for (int k = 0; k < 8; ++k) {
-        for (int t = 0; t < NR; ++t) {
-            ia[t] = dot4<V, kSigned>(ia[t], w[k], tok[t].qs + 32 * blk + 4 * k);
-            if (kI16) il[t] = dot4<V, kSigned>(il[t], w[k], tok[t].lo + 32 * blk + 4 * k);
+    if constexpr (NR == 1 && !kI16) {
+        // One token: two chains of multiply-adds, not one of eight (integer
+        // sums, so the split does not change the result).
+        I odd = V::zero();
+        for (int k = 0; k < 8; k += 2) {
+            ia[0] = dot4<V, kSigned>(ia[0], w[k], tok[0].qs + 32 * blk + 4 * k);
+            odd = dot4<V, kSigned>(odd, w[k + 1], tok[0].qs + 32 * blk + 4 * k + 4);
+        }
+        ia[0] = V::add(ia[0], odd);
+    } else {
+        for (int k = 0; k < 8; ++k) {
+            for (int t = 0; t < NR; ++t) {
+                ia[t] = dot4<V, kSigned>(ia[t], w[k], tok[t].qs + 32 * blk + 4 * k);
+                if (kI16) il[t] = dot4<V, kSigned>(il[t], w[k], tok[t].lo + 32 * blk + 4 * k);
+            }
         }
     }
     for (int t = 0; t < NR; ++t) {

@@ -2,18 +2,19 @@
 // (Context::acts_q holds n_tokens such rows, each q_row_bytes apart).
 //
 // The block size follows the weights: 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, 256
-// for the K types. Per block, d = amax / kMax and a = rne(x / d), with
-// kMax = 127 (Int8) or 32512 (Int16). An Int16 value is stored as two int8
-// halves, a = 256 * hi + lo with lo the low byte sign-extended and
-// |hi| <= 127, so both halves feed u8 x s8 multiply-adds.
+// for the K types. Per block, a = rne(x * kMax / amax) with kMax = 127 (Int8)
+// or 32512 (Int16), and d the block's scale as ref::quantize_acts rounds it
+// (f16 for Int8 32-element blocks, as llama.cpp's Q8_0 / Q8_1). An Int16
+// value is stored as two int8 halves, a = 256 * hi + lo with lo the low byte
+// sign-extended and |hi| <= 127, so both halves feed u8 x s8 multiply-adds.
 //
 //   qs    int8[n]           Int8: a;  Int16: hi
 //   lo    int8[n]           Int16 only
 //   d     f32[n / block]    scale of each block
 //   sums  per block:        what the weight type needs besides the dot product
 //     32-element types: 4 bytes, backend-defined (the offset correction
-//                       -offset * sum(a) as int32, or d * sum(a) as f32 for
-//                       the types with a min, Q4_1 / Q5_1)
+//                       -offset * sum(a) as int32, or ref::quantize_acts'
+//                       s as f32 for the types with a min, Q4_1 / Q5_1)
 //     K types:          kKSumBytes, backend-defined (sub-block sums)
 //
 // Rows start 64-byte aligned. The values (qs, lo, d) are fixed by

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Greedy 64-token continuations from llama.cpp (llama-completion, built by
-tools/ref-env.sh) for the greedy model tests: tests/data/greedy/<model>.json.
+"""Greedy 64-token continuations from llama.cpp (llama-server and
+llama-completion, built by tools/ref-env.sh) for the greedy model tests:
+tests/data/greedy/<model>.json.
 Prompts are raw text (BOS as the model's metadata says, no chat template).
 The reference is llama-server (text and token ids); llama-completion's text
 is kept beside it, as llama.cpp's two front ends do not always agree.

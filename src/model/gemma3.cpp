@@ -74,11 +74,8 @@ class Gemma3Model final : public Model {
             rope_k.n_head = h.n_head_kv;
 
             ops.rmsnorm(buf.x, l.attn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
-            {
-                const kernels::Matrix* ws[3] = {&l.wq, &l.wk, &l.wv};
-                float* const ys[3] = {buf.q, buf.k, buf.v};
-                project(buf.xb, T, h.n_embd, ws, ys, 3, ops, buf.ctx);
-            }
+            project(buf.xb, T, h.n_embd, {&l.wq, &l.wk, &l.wv}, {buf.q, buf.k, buf.v}, ops,
+                    buf.ctx);
             ops.rmsnorm(buf.q, l.q_norm, 0.0f, h.rms_eps, T * h.n_head, h.head_dim_k, buf.q,
                         buf.ctx);
             ops.rmsnorm(buf.k, l.k_norm, 0.0f, h.rms_eps, T * h.n_head_kv, h.head_dim_k, buf.k,
@@ -89,18 +86,14 @@ class Gemma3Model final : public Model {
             attn.layer = il;
             attn.window = local ? h.sliding_window : 0;
             ops.attention(attn, buf.ctx);
-            project(buf.attn, T, attn_dim, l.wo, buf.xb, ops, buf.ctx);
+            project(buf.attn, T, attn_dim, {&l.wo}, {buf.xb}, ops, buf.ctx);
             ops.rmsnorm(buf.xb, l.post_attn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
             ops.add(buf.x, buf.xb, T * h.n_embd, buf.ctx);
 
             ops.rmsnorm(buf.x, l.ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
-            {
-                const kernels::Matrix* ws[2] = {&l.w_gate, &l.w_up};
-                float* const ys[2] = {buf.gate, buf.up};
-                project(buf.xb, T, h.n_embd, ws, ys, 2, ops, buf.ctx);
-            }
+            project(buf.xb, T, h.n_embd, {&l.w_gate, &l.w_up}, {buf.gate, buf.up}, ops, buf.ctx);
             ops.gelu_mul(buf.gate, buf.up, T * h.n_ff, buf.ctx);
-            project(buf.gate, T, h.n_ff, l.w_down, buf.xb, ops, buf.ctx);
+            project(buf.gate, T, h.n_ff, {&l.w_down}, {buf.xb}, ops, buf.ctx);
             ops.rmsnorm(buf.xb, l.post_ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
             ops.add(buf.x, buf.xb, T * h.n_embd, buf.ctx);
         }

@@ -75,11 +75,8 @@ class LlamaModel final : public Model {
         for (uint32_t il = 0; il < h.n_layer; ++il) {
             const LayerWeights& l = w_.layers[il];
             ops.rmsnorm(buf.x, l.attn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
-            {
-                const kernels::Matrix* ws[3] = {&l.wq, &l.wk, &l.wv};
-                float* const ys[3] = {buf.q, buf.k, buf.v};
-                project(buf.xb, T, h.n_embd, ws, ys, 3, ops, buf.ctx);
-            }
+            project(buf.xb, T, h.n_embd, {&l.wq, &l.wk, &l.wv}, {buf.q, buf.k, buf.v}, ops,
+                    buf.ctx);
             if (l.bq) {
                 for (int64_t t = 0; t < T; ++t) {
                     ops.add(buf.q + t * q_dim, l.bq, q_dim, buf.ctx);
@@ -98,17 +95,13 @@ class LlamaModel final : public Model {
             write_kv(batch, cache, il, buf.k, buf.v);
             attn.layer = il;
             ops.attention(attn, buf.ctx);
-            project(buf.attn, T, attn_dim, l.wo, buf.xb, ops, buf.ctx);
+            project(buf.attn, T, attn_dim, {&l.wo}, {buf.xb}, ops, buf.ctx);
             ops.add(buf.x, buf.xb, T * h.n_embd, buf.ctx);
 
             ops.rmsnorm(buf.x, l.ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
-            {
-                const kernels::Matrix* ws[2] = {&l.w_gate, &l.w_up};
-                float* const ys[2] = {buf.gate, buf.up};
-                project(buf.xb, T, h.n_embd, ws, ys, 2, ops, buf.ctx);
-            }
+            project(buf.xb, T, h.n_embd, {&l.w_gate, &l.w_up}, {buf.gate, buf.up}, ops, buf.ctx);
             ops.silu_mul(buf.gate, buf.up, T * h.n_ff, buf.ctx);
-            project(buf.gate, T, h.n_ff, l.w_down, buf.xb, ops, buf.ctx);
+            project(buf.gate, T, h.n_ff, {&l.w_down}, {buf.xb}, ops, buf.ctx);
             ops.add(buf.x, buf.xb, T * h.n_embd, buf.ctx);
         }
         output_logits(batch, buf, ops, 0.0f);

@@ -136,8 +136,13 @@ void Model::write_kv(const Batch& batch, const KvCache& cache, uint32_t layer, c
 }
 
 void Model::project(const float* x, int64_t n_tokens, int64_t n_in,
-                    const kernels::Matrix* const* ws, float* const* ys, int n,
-                    const kernels::Ops& ops, const kernels::Context& ctx) const {
+                    std::initializer_list<const kernels::Matrix*> ws_list,
+                    std::initializer_list<float*> ys_list, const kernels::Ops& ops,
+                    const kernels::Context& ctx) const {
+    HR_CHECK(ws_list.size() == ys_list.size() && ws_list.size() <= 4);
+    const kernels::Matrix* const* ws = ws_list.begin();
+    float* const* ys = ys_list.begin();
+    const int n = static_cast<int>(ws_list.size());
     kernels::Acts acts;
     for (int i = 0; i < n;) {
         int j = i + 1;

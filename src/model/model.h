@@ -9,6 +9,7 @@
 // memory/activation-layout.h.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -95,18 +96,12 @@ class Model {
     void embed(const Batch& batch, float* x, float scale) const;
     void write_kv(const Batch& batch, const KvCache& cache, uint32_t layer, const float* k,
                   const float* v) const;
-    // ys[i] = x @ ws[i]^T for n matrices (at most 4) of the same input width:
+    // ys[i] = x @ ws[i]^T for matrices (at most 4) of the same input width:
     // activations are prepared once per weight type and matrices of one type
     // run as one piece of work (ops.matmul_n).
-    void project(const float* x, int64_t n_tokens, int64_t n_in, const kernels::Matrix* const* ws,
-                 float* const* ys, int n, const kernels::Ops& ops,
-                 const kernels::Context& ctx) const;
-    void project(const float* x, int64_t n_tokens, int64_t n_in, const kernels::Matrix& w, float* y,
-                 const kernels::Ops& ops, const kernels::Context& ctx) const {
-        const kernels::Matrix* ws[1] = {&w};
-        float* const ys[1] = {y};
-        project(x, n_tokens, n_in, ws, ys, 1, ops, ctx);
-    }
+    void project(const float* x, int64_t n_tokens, int64_t n_in,
+                 std::initializer_list<const kernels::Matrix*> ws, std::initializer_list<float*> ys,
+                 const kernels::Ops& ops, const kernels::Context& ctx) const;
     // Attention arguments for this batch and the buffers; the caller sets
     // the layer (and the window of a sliding-window layer).
     kernels::AttentionArgs attention_args(const Batch& batch, const KvCache& cache,

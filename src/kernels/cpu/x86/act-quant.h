@@ -40,6 +40,8 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
     const int bs = al.block;
     const bool i16 = quant == ActPrecision::Int16;
     const float max_q = i16 ? kInt16Max : kInt8Max;
+    // Scales as ref::quantize_acts: f16 for Int8 32-element blocks.
+    const bool f16_scales = !i16 && bs == 32;
     auto* qs = reinterpret_cast<int8_t*>(row);
     auto* lo = reinterpret_cast<int8_t*>(row + al.lo);
     auto* d = reinterpret_cast<float*>(row + al.d);
@@ -54,8 +56,6 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
         for (int i = 0; i < bs; i += L) m = V::fmax(m, V::fabs(V::fload(xb + i)));
         const float amax = V::reduce_max(m);
         const float id = amax < 1e-30f ? 0.0f : max_q / amax;
-        // Scales as ref::quantize_acts: f16 for Int8 32-element blocks.
-        const bool f16_scales = !i16 && bs == 32;
         const float db = id == 0.0f ? 0.0f : f16_scales ? amax / max_q : 1.0f / id;
         d[b] = f16_scales ? f16_to_f32(f32_to_f16(db)) : db;
         const F vid = V::fset1(id);

@@ -64,10 +64,12 @@ class Stream(threading.Thread):
 
 
 def refused(port):
+    """The server no longer takes connections: refused, or reset when the
+    listening socket closes while the connection waits in its backlog."""
     try:
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
         return False
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, ConnectionResetError):
         return True
 
 

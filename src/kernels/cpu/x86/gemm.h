@@ -261,7 +261,6 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
             for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
             R::scales(src, blk, sc, mp, d, dmin);
             for (int c = 0; c < 4; ++c) {
-                src.prefetch(blk, c, 4);
                 R::pair(src, blk, c, w);
                 sub_q45<V, NR, kI16>(w, sc[2 * c], tok, blk, 2 * c, S, Sl);
                 sub_q45<V, NR, kI16>(w + 8, sc[2 * c + 1], tok, blk, 2 * c + 1, S, Sl);
@@ -275,7 +274,6 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
             R::scales(src, blk, sc, d);
             for (int h = 0; h < 2; ++h) {
                 for (int part = 0; part < 2; ++part) {
-                    src.prefetch(blk, 2 * h + part, 4);
                     R::quarter(src, blk, h, part, w);
                     for (int q = 0; q < 4; ++q) {
                         const int s = 8 * h + 2 * q + part;
@@ -522,8 +520,12 @@ void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
                         ? static_cast<uint64_t>(std::min<int64_t>(L, w.n_rows - r0 - L)) *
                               w.row_bytes
                         : 0;
-                for (int64_t b0 = 0; b0 < nb; b0 += k.chunk) {
-                    const int64_t n_chunk = std::min<int64_t>(k.chunk, nb - b0);
+                // Chunks bound the panel and pace the prefetch of the next
+                // group; a direct pass over a repacked copy needs neither and
+                // keeps its sums in registers across the whole row.
+                const int64_t step = direct && packed[i] ? nb : k.chunk;
+                for (int64_t b0 = 0; b0 < nb; b0 += step) {
+                    const int64_t n_chunk = std::min<int64_t>(step, nb - b0);
                     if (next_bytes)
                         prefetch_slice<V>(w.data + at + L * w.row_bytes, next_bytes, b0 / k.chunk,
                                           n_chunks);

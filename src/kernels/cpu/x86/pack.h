@@ -16,7 +16,8 @@
 // poorly and the transposes cost about as much as the arithmetic. PackedSrc
 // reads a copy made at load time (repack) in which each block of a row group
 // stores exactly those vectors, one after another (the fields of Fields<T>,
-// in order): a decode step then streams one sequential run of plain loads.
+// in order; Q8_0 weights already as the multiply-adds take them, q8_ready):
+// a decode step then streams one sequential run of plain loads.
 // The copy has the original's size, rounded up to whole row groups.
 //
 // A decode step consumes the vectors straight from the readers; a batch packs
@@ -154,6 +155,7 @@ struct RowsSrc {
     using I = typename V::I;
     using F = typename V::F;
     static constexpr uint64_t kBlockBytes = block_bytes_of(T);
+    static constexpr bool kQ8Ready = false;  // Q8_0 weights as stored
     const RowGroup<V>& g;
 
     HR_KERNEL_INLINE void dw4(int64_t b, int off, I x[4]) const {
@@ -171,7 +173,7 @@ struct RowsSrc {
     HR_KERNEL_INLINE F half(int64_t b, int off) const {
         return V::half_lo_to_f32(half_bits(b, off));
     }
-    void prefetch(int64_t, int = 0, int = 1) const {}  // see prefetch_slice in gemm.h
+    void prefetch(int64_t) const {}  // see prefetch_slice in gemm.h
 };
 
 // A row group of the repacked copy.
@@ -180,6 +182,9 @@ struct PackedSrc {
     using I = typename V::I;
     using F = typename V::F;
     static constexpr uint64_t kGroupBlockBytes = block_bytes_of(T) * V::kLanes;
+    // Q8_0 weights are stored as the multiply-adds take them (q8_ready), so a
+    // decode step feeds its loads straight to them.
+    static constexpr bool kQ8Ready = true;
     const uint8_t* base;  // the group's first block
 
     HR_KERNEL_INLINE const uint8_t* at(int64_t b, FieldKind k, int off) const {
@@ -196,17 +201,27 @@ struct PackedSrc {
     HR_KERNEL_INLINE F half(int64_t b, int off) const {
         return V::load_f16(at(b, FieldKind::Half, off));
     }
-    // Asks for slice `part` (of n_parts) of a block about 2 KiB ahead of
-    // block b: a steady trickle of prefetches keeps more of the stream in
-    // flight than the hardware prefetcher alone.
-    HR_KERNEL_INLINE void prefetch(int64_t b, int part = 0, int n_parts = 1) const {
-        constexpr uint64_t kAheadBlocks = (2048 + kGroupBlockBytes - 1) / kGroupBlockBytes;
-        const uint64_t begin = kGroupBlockBytes * static_cast<uint64_t>(part) / n_parts;
-        const uint64_t end = kGroupBlockBytes * static_cast<uint64_t>(part + 1) / n_parts;
+    // Asks L2 for block b's successor about 1 KiB ahead. For the 32-element
+    // types this lifts one core's decode stream from about 70% to about 90%
+    // of the read bandwidth (Zen 4); fetching into L1, or further ahead, does
+    // worse, and the K types run fastest with the hardware prefetcher alone.
+    HR_KERNEL_INLINE void prefetch(int64_t b) const {
+        constexpr uint64_t kAheadBlocks = (1024 + kGroupBlockBytes - 1) / kGroupBlockBytes;
         const uint8_t* p = base + (static_cast<uint64_t>(b) + kAheadBlocks) * kGroupBlockBytes;
-        for (uint64_t o = begin & ~uint64_t{63}; o < end; o += 64) V::prefetch(p + o);
+        for (uint64_t o = 0; o < kGroupBlockBytes; o += 64) V::prefetch_l2(p + o);
     }
 };
+
+// Q8_0 weights (s8) as the multiply-adds take them: w + 128 as u8 where the
+// backend multiplies u8 weights (V::kQ8Unsigned), else w clamped to -127
+// (the sign trick cannot negate -128).
+template <class V>
+HR_KERNEL_INLINE typename V::I q8_ready(typename V::I w) {
+    if constexpr (V::kQ8Unsigned)
+        return V::xor_(w, V::set1_8(static_cast<int8_t>(0x80)));
+    else
+        return V::clamp_q8(w);
+}
 
 // Writes the repacked copy of one row group: every field of every block, as
 // PackedSrc reads it.
@@ -218,7 +233,10 @@ void repack_group(const RowGroup<V>& g, int64_t n_blocks, uint8_t* dst) {
             if (f.kind == FieldKind::Dw4) {
                 typename V::I x[4];
                 src.dw4(b, f.off, x);
-                for (int j = 0; j < 4; ++j) V::store(dst + j * V::kBytes, x[j]);
+                for (int j = 0; j < 4; ++j) {
+                    if constexpr (T == TensorType::Q8_0) x[j] = q8_ready<V>(x[j]);
+                    V::store(dst + j * V::kBytes, x[j]);
+                }
             } else if (f.kind == FieldKind::Dword) {
                 V::store(dst, src.dword(b, f.off));
             } else {
@@ -253,12 +271,8 @@ struct Read32 {
         if constexpr (T == TensorType::Q8_0) {
             src.dw4(b, 2, w);
             src.dw4(b, 18, w + 4);
-            for (int j = 0; j < 8; ++j) {
-                if constexpr (V::kQ8Unsigned)
-                    w[j] = V::xor_(w[j], V::set1_8(static_cast<int8_t>(0x80)));
-                else
-                    w[j] = V::clamp_q8(w[j]);
-            }
+            if constexpr (!Src::kQ8Ready)
+                for (int j = 0; j < 8; ++j) w[j] = q8_ready<V>(w[j]);
             d = src.half(b, 0);
             return;
         }

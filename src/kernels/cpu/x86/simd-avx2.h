@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/x86/backends.h"
+
 namespace headroom::kernels::x86 {
 
 struct Avx2 {
@@ -211,8 +213,9 @@ struct Avx2 {
         r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
     }
 
-    static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
-    static void prefetch_l2(const void* p) {
+    // Always inlined: GCC finds a called prefetch free of side effects and
+    // deletes the calls.
+    HR_KERNEL_INLINE static void prefetch_l2(const void* p) {
         _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
     }
 };

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/x86/backends.h"
+
 namespace headroom::kernels::x86 {
 
 struct Avx512 {
@@ -201,8 +203,9 @@ struct Avx512 {
         }
     }
 
-    static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
-    static void prefetch_l2(const void* p) {
+    // Always inlined: GCC finds a called prefetch free of side effects and
+    // deletes the calls.
+    HR_KERNEL_INLINE static void prefetch_l2(const void* p) {
         _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
     }
 };

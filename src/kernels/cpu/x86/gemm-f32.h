@@ -225,13 +225,10 @@ template <class V>
 void matmul_float(const Matrix& w, const Acts& x, float* y, const Context& ctx) {
     constexpr int MR = V::kFloatMr;
     const int64_t n_groups = (w.n_rows + MR - 1) / MR;
-    const int64_t grab = grab_size(n_groups, ctx.pool->n_threads(), x.n_tokens);
-    std::atomic<int64_t> next{0};
-    ctx.pool->run([&](int) {
-        for (;;) {
-            const int64_t g0 = next.fetch_add(grab, std::memory_order_relaxed);
-            if (g0 >= n_groups) break;
-            for (int64_t g = g0; g < std::min(n_groups, g0 + grab); ++g) {
+    GroupQueue queue(n_groups, ctx.pool->n_threads(), x.n_tokens);
+    ctx.pool->run([&](int thread) {
+        queue.drain(thread, [&](int64_t g0, int64_t g1) {
+            for (int64_t g = g0; g < g1; ++g) {
                 const int64_t r0 = g * MR;
                 if (r0 + MR <= w.n_rows) {
                     float_rows<V, MR>(w, r0, x, y);
@@ -239,7 +236,7 @@ void matmul_float(const Matrix& w, const Acts& x, float* y, const Context& ctx) 
                     for (int64_t r = r0; r < w.n_rows; ++r) float_rows<V, 1>(w, r, x, y);
                 }
             }
-        }
+        });
     });
 }
 

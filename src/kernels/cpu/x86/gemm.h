@@ -383,13 +383,42 @@ IntKernel<V> int_kernel(TensorType t, bool i16, bool packed) {
     return i16 ? int_kernel_for<V, true, false>(t) : int_kernel_for<V, false, false>(t);
 }
 
-// Row groups handed out per grab: small enough to balance, large enough to
-// keep the shared counter quiet. A batch makes each group a large piece of
-// work: then one at a time.
-inline int64_t grab_size(int64_t n_groups, int n_threads, int64_t n_tokens) {
-    if (n_tokens >= 16) return 1;
-    return std::max<int64_t>(1, n_groups / (32 * static_cast<int64_t>(n_threads)));
-}
+// Hands out row groups [0, n_groups) to a pool's threads. For a few tokens
+// (memory-bound) each thread first takes its own contiguous share of the
+// first 3/4: one sequential stream per core, no shared counter. The rest come
+// from a shared counter in grabs, which evens out a core slowed by the
+// machine's other load. A batch makes each group a large piece of work: then
+// all come from the counter, one at a time.
+class GroupQueue {
+  public:
+    GroupQueue(int64_t n_groups, int n_threads, int64_t n_tokens)
+        : n_groups_(n_groups),
+          n_threads_(n_threads),
+          n_static_(n_tokens >= 16 ? 0 : n_groups * 3 / 4),
+          grab_(n_tokens >= 16 ? 1
+                               : std::max<int64_t>(1, (n_groups - n_static_) /
+                                                          (8 * static_cast<int64_t>(n_threads)))) {}
+
+    // Calls fn(g0, g1) for each range of groups share `thread` takes.
+    template <class Fn>
+    void drain(int thread, Fn&& fn) {
+        const int64_t s0 = n_static_ * thread / n_threads_;
+        const int64_t s1 = n_static_ * (thread + 1) / n_threads_;
+        if (s0 < s1) fn(s0, s1);
+        for (;;) {
+            const int64_t g0 = n_static_ + next_.fetch_add(grab_, std::memory_order_relaxed);
+            if (g0 >= n_groups_) break;
+            fn(g0, std::min(n_groups_, g0 + grab_));
+        }
+    }
+
+  private:
+    const int64_t n_groups_;
+    const int n_threads_;
+    const int64_t n_static_;
+    const int64_t grab_;
+    std::atomic<int64_t> next_{0};
+};
 
 // A row group's rows are contiguous, but RowsSrc reads them as 16
 // interleaved streams, which the hardware prefetchers follow at half the
@@ -403,21 +432,16 @@ inline void prefetch_slice(const uint8_t* base, uint64_t bytes, int64_t slice, i
     for (uint64_t off = begin & ~uint64_t{63}; off < end; off += 64) V::prefetch_l2(base + off);
 }
 
-// Runs fn(g, thread) for every row group of w, groups handed out from a
-// shared counter.
+// Runs fn(g, more, thread) for every row group of w, handed out by a
+// GroupQueue (more: the same range goes on with g + 1).
 template <class V, class Fn>
 void for_each_group(const Matrix& w, int64_t n_tokens, const Context& ctx, Fn&& fn) {
     constexpr int L = V::kLanes;
-    const int64_t n_groups = (w.n_rows + L - 1) / L;
-    const int64_t grab = grab_size(n_groups, ctx.pool->n_threads(), n_tokens);
-    std::atomic<int64_t> next{0};
+    GroupQueue queue((w.n_rows + L - 1) / L, ctx.pool->n_threads(), n_tokens);
     ctx.pool->run([&](int thread) {
-        for (;;) {
-            const int64_t g0 = next.fetch_add(grab, std::memory_order_relaxed);
-            if (g0 >= n_groups) break;
-            const int64_t g1 = std::min(n_groups, g0 + grab);
+        queue.drain(thread, [&](int64_t g0, int64_t g1) {
             for (int64_t g = g0; g < g1; ++g) fn(g, g + 1 < g1, thread);
-        }
+        });
     });
 }
 
@@ -490,15 +514,11 @@ void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
     const int64_t n_chunks = (nb + kern[0].chunk - 1) / kern[0].chunk;
     const bool direct = x.n_tokens <= kern[0].nr_max;
     const int64_t n_groups = first_group[n];
-    const int64_t grab = grab_size(n_groups, ctx.pool->n_threads(), x.n_tokens);
-    std::atomic<int64_t> next{0};
+    GroupQueue queue(n_groups, ctx.pool->n_threads(), x.n_tokens);
     ctx.pool->run([&](int thread) {
         uint8_t* panel = ctx.thread_scratch(thread);
         Tok tok[16];
-        for (;;) {
-            const int64_t g0 = next.fetch_add(grab, std::memory_order_relaxed);
-            if (g0 >= n_groups) break;
-            const int64_t g1 = std::min(n_groups, g0 + grab);
+        queue.drain(thread, [&](int64_t g0, int64_t g1) {
             for (int64_t gg = g0; gg < g1; ++gg) {
                 int i = 0;
                 while (gg >= first_group[i + 1]) ++i;
@@ -514,7 +534,7 @@ void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
                     ref.packed = w.packed + at;
                 else
                     rg = make_row_group<V>(w.data + at, w.row_bytes, n_valid);
-                // The next group of this grab in the same matrix, if any.
+                // The next group of this range in the same matrix, if any.
                 const uint64_t next_bytes =
                     gg + 1 < std::min(g1, first_group[i + 1]) && !packed[i]
                         ? static_cast<uint64_t>(std::min<int64_t>(L, w.n_rows - r0 - L)) *
@@ -546,7 +566,7 @@ void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
                     }
                 }
             }
-        }
+        });
     });
 }
 

@@ -143,9 +143,24 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
         st[1] = 0.0f;
         std::fill(st + 2, st + 2 + hv, 0.0f);
     }
+    const uint64_t k_bytes = a.cache->k_row_bytes(), v_bytes = a.cache->v_row_bytes();
+    auto k_row = [&](uint32_t p) {
+        return a.cache->k_block(seq.tables[g][p / bs], a.layer, kv_h) + p % bs * k_bytes;
+    };
+    auto v_row = [&](uint32_t p) {
+        return a.cache->v_block(seq.tables[g][p / bs], a.layer, kv_h) + p % bs * v_bytes;
+    };
     for (uint32_t p0 = lo_pos / L * L; p0 <= hi_pos; p0 += L) {
         // Rows of the tile that some query needs; the others stay zero.
         const uint32_t k0 = std::max(p0, lo_pos), k1 = std::min(p0 + L, hi_pos + 1);
+        // The next tile's rows sit in other KV blocks, where the hardware
+        // prefetcher does not follow: ask for them while this tile computes.
+        for (uint32_t p = p0 + L; p < std::min(p0 + 2 * L, hi_pos + 1); ++p) {
+            const uint8_t* kp = k_row(p);
+            const uint8_t* vp = v_row(p);
+            for (uint64_t o = 0; o < k_bytes; o += 64) V::prefetch_l2(kp + o);
+            for (uint64_t o = 0; o < v_bytes; o += 64) V::prefetch_l2(vp + o);
+        }
         for (uint32_t p = p0; p < p0 + L; ++p) {
             float* kr = sc.k_rows + (p - p0) * hk;
             float* vr = sc.v + (p - p0) * hv;
@@ -154,14 +169,8 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
                 std::fill(vr, vr + hv, 0.0f);
                 continue;
             }
-            const int32_t block = seq.tables[g][p / bs];
-            const uint32_t slot = p % bs;
-            load_kv_row<V>(dtype,
-                           a.cache->k_block(block, a.layer, kv_h) + slot * a.cache->k_row_bytes(),
-                           static_cast<int>(hk), kr);
-            load_kv_row<V>(dtype,
-                           a.cache->v_block(block, a.layer, kv_h) + slot * a.cache->v_row_bytes(),
-                           static_cast<int>(hv), vr);
+            load_kv_row<V>(dtype, k_row(p), static_cast<int>(hk), kr);
+            load_kv_row<V>(dtype, v_row(p), static_cast<int>(hv), vr);
         }
         for (uint32_t d0 = 0; d0 < hk; d0 += L) {
             F rows[L];

@@ -202,7 +202,7 @@ struct PackedSrc {
         return V::load_f16(at(b, FieldKind::Half, off));
     }
     // Asks L2 for block b's successor about 1 KiB ahead. For the 32-element
-    // types this lifts one core's decode stream from about 70% to about 90%
+    // types this lifts one core's decode stream from about 70% to about 85%
     // of the read bandwidth (Zen 4); fetching into L1, or further ahead, does
     // worse, and the K types run fastest with the hardware prefetcher alone.
     HR_KERNEL_INLINE void prefetch(int64_t b) const {

@@ -193,10 +193,6 @@ HR_KERNEL_INLINE void finish_q6(const typename V::I* S, const typename V::I* Sl,
     }
 }
 
-template <TensorType T>
-inline constexpr bool is_k_type_v =
-    T == TensorType::Q4_K || T == TensorType::Q5_K || T == TensorType::Q6_K;
-
 // ---- micro-kernels: panel (a batch) and direct (a few tokens) ----------------
 
 // Blocks [b0, b0 + nb) of a row group for NR tokens, from a packed panel.
@@ -253,7 +249,7 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
     F acc[NR];
     load_acc<V, NR>(acc, tok, n_valid, first);
     for (int64_t blk = b0; blk < b0 + nb; ++blk) {
-        if constexpr (!is_k_type_v<T>) src.prefetch(blk);
+        if constexpr (T == TensorType::Q8_0) src.prefetch(blk);
         if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
             using R = ReadQ45K<V, T == TensorType::Q5_K>;
             I S[NR], Sl[NR], sc[8], mp[4], w[16];

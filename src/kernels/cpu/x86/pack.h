@@ -201,10 +201,11 @@ struct PackedSrc {
     HR_KERNEL_INLINE F half(int64_t b, int off) const {
         return V::load_f16(at(b, FieldKind::Half, off));
     }
-    // Asks L2 for block b's successor about 1 KiB ahead. For the 32-element
-    // types this lifts one core's decode stream from about 70% to about 85%
-    // of the read bandwidth (Zen 4); fetching into L1, or further ahead, does
-    // worse, and the K types run fastest with the hardware prefetcher alone.
+    // Asks L2 for the block about 1 KiB after block b. Q8_0 decode takes it:
+    // one core's stream goes from about 70% to about 85% of the read
+    // bandwidth (Zen 4, AVX-512; fetching into L1 or further ahead does
+    // worse). The other types, at half the bytes per multiply-add or less,
+    // run as fast or faster with the hardware prefetcher alone.
     HR_KERNEL_INLINE void prefetch(int64_t b) const {
         constexpr uint64_t kAheadBlocks = (1024 + kGroupBlockBytes - 1) / kGroupBlockBytes;
         const uint8_t* p = base + (static_cast<uint64_t>(b) + kAheadBlocks) * kGroupBlockBytes;

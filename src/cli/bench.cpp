@@ -16,6 +16,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <tuple>
 
 #include "cli/commands.h"
 #include "cli/engine-flags.h"
@@ -53,13 +54,11 @@ Stats stats(const std::vector<double>& v) {
 }
 
 // Read bandwidth of this machine with `pool`'s threads: each streams its
-// share of a buffer 16x the size of a large L3 cache. The median of `reps`
+// share of `buf` (16x the size of a large L3 cache). The median of `reps`
 // passes after a warm-up one (a shared machine gives both slow and odd fast
 // passes).
-double measure_read_bandwidth_gbps(ThreadPool& pool, int reps) {
-    constexpr size_t kBytes = size_t{512} << 20;
-    Region buf(kBytes, "bandwidth probe");
-    for (size_t i = 0; i < kBytes; i += 4096) buf.data()[i] = static_cast<uint8_t>(i >> 12);
+double measure_read_bandwidth_gbps(ThreadPool& pool, const Region& buf, int reps) {
+    const size_t kBytes = buf.size_bytes();
     const size_t n_words = kBytes / sizeof(uint64_t);
     const auto* words = reinterpret_cast<const uint64_t*>(buf.data());
     std::atomic<uint64_t> sink{0};
@@ -135,7 +134,13 @@ void run_bench(const Opts& o) {
     Runner runner(model, lm.desc, ro, ledger);
     Runner::prefault_weights(model, !o.json);
     const int n_threads = runner.pool().n_threads();
-    const double bandwidth = measure_read_bandwidth_gbps(runner.pool(), 7);
+    // The bandwidth is measured next to each decode phase: another tenant's
+    // load changes it within seconds on a shared machine.
+    constexpr size_t kProbeBytes = size_t{512} << 20;
+    Region probe_buf(kProbeBytes, "bandwidth probe");
+    for (size_t i = 0; i < kProbeBytes; i += 4096)
+        probe_buf.data()[i] = static_cast<uint8_t>(i >> 12);
+    constexpr int kProbePasses = 5;
 
     std::mt19937 rng(static_cast<uint32_t>(o.seed));
     std::vector<int32_t> prompt(o.n_prompt);
@@ -144,8 +149,9 @@ void run_bench(const Opts& o) {
     Batch batch;
     batch.reserve(step, 1, 1);
 
-    // One repetition; returns (prefill seconds, decode seconds).
-    auto once = [&](uint32_t n_prompt, uint32_t n_gen) {
+    // One repetition; returns (prefill seconds, decode seconds, read
+    // bandwidth measured between the two, or 0 if not `probe`).
+    auto once = [&](uint32_t n_prompt, uint32_t n_gen, bool probe) {
         SeqKv seq;
         int32_t next = prompt.empty() ? 1 : prompt[0];
         const auto t0 = Clock::now();
@@ -159,6 +165,9 @@ void run_bench(const Opts& o) {
             if (c1 == n_prompt) next = argmax(logits, hp.n_vocab);
         }
         const double pp_s = seconds_since(t0);
+        const double gbps =
+            probe && n_gen ? measure_read_bandwidth_gbps(runner.pool(), probe_buf, kProbePasses)
+                           : 0.0;
         const auto t1 = Clock::now();
         for (uint32_t i = 0; i < n_gen; ++i) {
             if (!runner.cache().grow(seq, 1)) fail("internal: KV pool too small");
@@ -169,22 +178,28 @@ void run_bench(const Opts& o) {
         }
         const double tg_s = seconds_since(t1);
         runner.cache().free(seq);
-        return std::pair{pp_s, tg_s};
+        return std::tuple{pp_s, tg_s, gbps};
     };
 
-    once(std::min<uint32_t>(o.n_prompt, 32), std::min<uint32_t>(o.n_gen, 4));  // warm-up
-    std::vector<double> pp, tg;
-    for (int r = 0; r < o.reps; ++r) {
-        const auto [pp_s, tg_s] = once(o.n_prompt, o.n_gen);
-        if (o.n_prompt) pp.push_back(o.n_prompt / pp_s);
-        if (o.n_gen) tg.push_back(o.n_gen / tg_s);
-    }
-    const Stats pps = stats(pp), tgs = stats(tg);
     // A decode step reads the weights and the sequence's K and V so far.
     const double kv_bytes =
         static_cast<double>(runner.plan().kv_bytes_per_token) * (o.n_prompt + o.n_gen / 2.0);
     const double step_bytes = static_cast<double>(weights_read_per_token(model)) + kv_bytes;
+
+    once(std::min<uint32_t>(o.n_prompt, 32), std::min<uint32_t>(o.n_gen, 4), false);  // warm-up
+    std::vector<double> pp, tg, bw, frac;
+    for (int r = 0; r < o.reps; ++r) {
+        const auto [pp_s, tg_s, gbps] = once(o.n_prompt, o.n_gen, true);
+        if (o.n_prompt) pp.push_back(o.n_prompt / pp_s);
+        if (o.n_gen) {
+            tg.push_back(o.n_gen / tg_s);
+            bw.push_back(gbps);
+            frac.push_back(gbps > 0 ? tg.back() * step_bytes / 1e9 / gbps : 0.0);
+        }
+    }
+    const Stats pps = stats(pp), tgs = stats(tg), fracs = stats(frac);
     const double tg_gbps = tgs.mean * step_bytes / 1e9;
+    const double bandwidth = stats(bw).mean;
     const std::string isa = runner.ops().name;
     const std::string precision(kernels::name(ro.act_precision));
 
@@ -201,22 +216,25 @@ void run_bench(const Opts& o) {
         j["bytes_per_decode_step"] = step_bytes;
         j["tg_effective_gbps"] = tg_gbps;
         j["bandwidth_gbps"] = bandwidth;
-        j["tg_fraction_of_bandwidth"] = bandwidth > 0 ? tg_gbps / bandwidth : 0.0;
+        j["bandwidth_runs"] = bw;
+        j["tg_fraction_of_bandwidth"] = fracs.mean;
+        j["tg_fraction_runs"] = frac;
         fmt::print("{}\n", j.dump(2));
         return;
     }
     fmt::print("model        {}\n", hp.name.empty() ? o.engine.model : hp.name);
     fmt::print("backend      {}, {} threads, activations {}, kv {}\n", isa, n_threads, precision,
                name(runner.plan().config.kv_dtype));
-    fmt::print("bandwidth    {:.1f} GB/s read (median of 7, {} threads)\n", bandwidth, n_threads);
+    if (o.n_gen)
+        fmt::print("bandwidth    {:.1f} GB/s read ({} threads, measured before each decode)\n",
+                   bandwidth, n_threads);
     fmt::print("{:<10} {:>18}\n", "test", "tokens/s");
     if (o.n_prompt)
         fmt::print("{:<10} {:>10.2f} ± {:<6.2f}\n", fmt::format("pp{}", o.n_prompt), pps.mean,
                    pps.sd);
     if (o.n_gen)
         fmt::print("{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s effective, {:.0f}% of read bandwidth\n",
-                   fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps,
-                   bandwidth > 0 ? 100 * tg_gbps / bandwidth : 0.0);
+                   fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps, 100 * fracs.mean);
 }
 
 }  // namespace

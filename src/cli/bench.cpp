@@ -58,8 +58,8 @@ Stats stats(const std::vector<double>& v) {
 // passes after a warm-up one (a shared machine gives both slow and odd fast
 // passes).
 double measure_read_bandwidth_gbps(ThreadPool& pool, const Region& buf, int reps) {
-    const size_t kBytes = buf.size_bytes();
-    const size_t n_words = kBytes / sizeof(uint64_t);
+    const size_t n_bytes = buf.size_bytes();
+    const size_t n_words = n_bytes / sizeof(uint64_t);
     const auto* words = reinterpret_cast<const uint64_t*>(buf.data());
     std::atomic<uint64_t> sink{0};
     std::vector<double> gbps;
@@ -75,7 +75,7 @@ double measure_read_bandwidth_gbps(ThreadPool& pool, const Region& buf, int reps
             }
             sink.fetch_add(a0 + a1 + a2 + a3, std::memory_order_relaxed);
         });
-        if (r > 0) gbps.push_back(static_cast<double>(kBytes) / seconds_since(t0) / 1e9);
+        if (r > 0) gbps.push_back(static_cast<double>(n_bytes) / seconds_since(t0) / 1e9);
     }
     if (sink.load() == 1) fmt::print(stderr, " ");  // keeps the reads
     std::sort(gbps.begin(), gbps.end());
@@ -136,10 +136,12 @@ void run_bench(const Opts& o) {
     const int n_threads = runner.pool().n_threads();
     // The bandwidth is measured next to each decode phase: another tenant's
     // load changes it within seconds on a shared machine.
-    constexpr size_t kProbeBytes = size_t{512} << 20;
-    Region probe_buf(kProbeBytes, "bandwidth probe");
-    for (size_t i = 0; i < kProbeBytes; i += 4096)
-        probe_buf.data()[i] = static_cast<uint8_t>(i >> 12);
+    Region probe_buf;
+    if (o.n_gen) {
+        probe_buf = Region(size_t{512} << 20, "bandwidth probe");
+        for (size_t i = 0; i < probe_buf.size_bytes(); i += 4096)
+            probe_buf.data()[i] = static_cast<uint8_t>(i >> 12);
+    }
     constexpr int kProbePasses = 5;
 
     std::mt19937 rng(static_cast<uint32_t>(o.seed));

@@ -1,7 +1,10 @@
 """Shared helpers for the Python test scripts (run by ctest)."""
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 
 def headroom_bin():
@@ -10,6 +13,14 @@ def headroom_bin():
 
 def source_dir():
     return os.environ.get("HEADROOM_SOURCE_DIR", os.getcwd())
+
+
+def scratch_dir(prefix):
+    """A fresh temporary directory, removed when the script exits (passing or
+    failing): logits dumps run to a gigabyte."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def model_path(name):

@@ -5,12 +5,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, fail_if  # noqa: E402
+from testlib import headroom_bin, fail_if, scratch_dir  # noqa: E402
 
-tmp = tempfile.mkdtemp(prefix="headroom-doctor-")
+tmp = scratch_dir("headroom-doctor-")
 log_path = os.path.join(tmp, "oom.log")
 # From https://github.com/kerrj/lerf/issues/73 and https://github.com/QwenLM/Qwen3/issues/295
 LOG = (

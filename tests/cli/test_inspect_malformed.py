@@ -7,12 +7,11 @@ import random
 import struct
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, fail_if  # noqa: E402
+from testlib import headroom_bin, fail_if, scratch_dir  # noqa: E402
 
-tmp = tempfile.mkdtemp(prefix="headroom-malformed-")
+tmp = scratch_dir("headroom-malformed-")
 valid = os.path.join(tmp, "tiny.gguf")
 subprocess.run([headroom_bin(), "synth", "tiny", valid, "--type", "q8_0", "-q"], check=True)
 data = open(valid, "rb").read()

@@ -7,19 +7,18 @@ metadata is carried over, and every tensor dequantizes close to the source
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, model_path, fail_if  # noqa: E402
+from testlib import headroom_bin, model_path, fail_if, scratch_dir  # noqa: E402
 
 src_path = model_path("smollm2-135m")
 src = GGUFReader(src_path)
 src_tensors = {t.name: t for t in src.tensors}
-tmp = tempfile.mkdtemp(prefix="headroom-quantize-")
+tmp = scratch_dir("headroom-quantize-")
 # Relative RMS error bounds against the source's values: the target type's
 # own error (q8_0 ~0.4%, q4_0 ~8%, q4_k ~7% on Gaussian data) with margin.
 CASES = {"q8_0": ("Q8_0", None, 0.02), "q4_0": ("Q4_0", None, 0.15), "Q4_K": ("Q4_K", "Q5_0", 0.15)}

@@ -6,12 +6,11 @@ a configuration that cannot fit is refused with the numbers."""
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, fail_if  # noqa: E402
+from testlib import headroom_bin, fail_if, scratch_dir  # noqa: E402
 
-tmp = tempfile.mkdtemp(prefix="headroom-run-")
+tmp = scratch_dir("headroom-run-")
 model = os.path.join(tmp, "tiny.gguf")
 subprocess.run([headroom_bin(), "synth", "tiny", model, "-q"], check=True)
 

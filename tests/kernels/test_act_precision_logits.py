@@ -10,17 +10,16 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, model_path, fail_if  # noqa: E402
+from testlib import headroom_bin, model_path, fail_if, scratch_dir  # noqa: E402
 
 name = sys.argv[1]
 data = json.load(open(os.path.join(os.environ.get("HEADROOM_TEST_DATA", "tests/data"), "logits", f"{name}.json")))
 path = model_path(name)
-tmp = tempfile.mkdtemp(prefix="headroom-precision-")
+tmp = scratch_dir("headroom-precision-")
 for precision in ["f32", "int16", "int8"]:
     worst, n_pos, n_mismatch = 0.0, 0, 0
     for case in data["cases"]:

@@ -9,13 +9,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, model_path, fail_if  # noqa: E402
+from testlib import headroom_bin, model_path, fail_if, scratch_dir  # noqa: E402
 
 path = model_path("smollm2-135m")
-tmp = tempfile.mkdtemp(prefix="headroom-memreport-")
+tmp = scratch_dir("headroom-memreport-")
 CONFIGS = [
     ["--max-model-len", "2048", "--kv-dtype", "f16"],
     ["--max-model-len", "2048", "--kv-dtype", "q8_0"],

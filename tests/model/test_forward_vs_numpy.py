@@ -9,14 +9,13 @@ q/k norms, post norms, GELU), each with f32 and quantized weights
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, fail_if  # noqa: E402
+from testlib import headroom_bin, fail_if, scratch_dir  # noqa: E402
 
 
 def load(path):
@@ -134,7 +133,7 @@ def forward_gemma3(meta, W, tokens):
     return x @ W["token_embd.weight"].T
 
 
-tmp = tempfile.mkdtemp(prefix="headroom-forward-")
+tmp = scratch_dir("headroom-forward-")
 rng = np.random.default_rng(5)
 n_checked = 0
 for shape in ["tiny", "tiny-tied", "tiny-qwen2", "tiny-gemma3"]:

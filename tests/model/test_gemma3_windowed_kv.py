@@ -14,13 +14,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, model_path, fail_if  # noqa: E402
+from testlib import headroom_bin, model_path, fail_if, scratch_dir  # noqa: E402
 
 path = model_path("gemma3-270m")
-tmp = tempfile.mkdtemp(prefix="headroom-gemma3-kv-")
+tmp = scratch_dir("headroom-gemma3-kv-")
 KIB = 1024
 expected = {"": 3 * KIB * 32768 + 65 * 16 * 15 * KIB, "--swa-full": 18 * KIB * 32768}
 measured = {}

@@ -21,17 +21,16 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, model_path, fail_if  # noqa: E402
+from testlib import headroom_bin, model_path, fail_if, scratch_dir  # noqa: E402
 
 MAX_GAP = 1.0  # logits; a wrong layer or norm moves logits by several
 
 name = sys.argv[1]
 data = json.load(open(os.path.join(os.environ.get("HEADROOM_TEST_DATA", "tests/data"), "greedy", f"{name}.json")))
 path = model_path(name)
-tmp = tempfile.mkdtemp(prefix="greedy-")
+tmp = scratch_dir("greedy-")
 
 
 def read(file, code):

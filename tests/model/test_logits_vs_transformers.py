@@ -9,18 +9,17 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, model_path, fail_if  # noqa: E402
+from testlib import headroom_bin, model_path, fail_if, scratch_dir  # noqa: E402
 
 name = sys.argv[1]
 kv_dtype = sys.argv[2] if len(sys.argv) > 2 else "f32"
 data = json.load(open(os.path.join(os.environ.get("HEADROOM_TEST_DATA", "tests/data"), "logits", f"{name}.json")))
 path = model_path(name)
-tmp = tempfile.mkdtemp(prefix="headroom-logits-")
+tmp = scratch_dir("headroom-logits-")
 worst = 0.0
 n_positions = 0
 n_top1_mismatch = 0

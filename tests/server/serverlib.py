@@ -13,11 +13,10 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, fail_if  # noqa: E402,F401
+from testlib import headroom_bin, fail_if, scratch_dir  # noqa: E402,F401
 
 _running = []
 
@@ -40,7 +39,7 @@ def synth_tiny(directory):
 
 class Server:
     def __init__(self, args, env=None, ready_timeout_s=300):
-        self.log_path = tempfile.mktemp(prefix="headroom-serve-", suffix=".log")
+        self.log_path = os.path.join(scratch_dir("headroom-serve-log-"), "server.log")
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen([headroom_bin(), "serve", "--port", "0"] + list(args),
                                      stdout=subprocess.DEVNULL, stderr=self.log,

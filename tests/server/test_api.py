@@ -16,14 +16,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serverlib import Server, fail_if, headroom_bin, sse_events, synth_tiny  # noqa: E402
+from serverlib import Server, fail_if, headroom_bin, sse_events, synth_tiny, scratch_dir  # noqa: E402
 
 import openai  # noqa: E402
 
-tmp = tempfile.mkdtemp(prefix="headroom-serve-")
+tmp = scratch_dir("headroom-serve-")
 model = synth_tiny(tmp)
 COMMON = ["-m", model, "--kv-cache-memory", "16MiB", "-t", "1", "-q"]
 SMALL = 256  # the tiny model's trained context

@@ -6,12 +6,11 @@ and received (requests, prompt and generated tokens, prefix-cache hits, latency
 observations); /v1/memory agrees with /metrics."""
 import os
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serverlib import Server, fail_if, synth_tiny  # noqa: E402
+from serverlib import Server, fail_if, synth_tiny, scratch_dir  # noqa: E402
 
 import openai  # noqa: E402
 
@@ -19,7 +18,7 @@ N_CLIENTS = 64
 N_TOKENS = 16
 KV_BYTES = 16 * 1024 * 1024
 
-tmp = tempfile.mkdtemp(prefix="headroom-serve-")
+tmp = scratch_dir("headroom-serve-")
 model = synth_tiny(tmp)
 
 with Server(["-m", model, "--kv-cache-memory", "16MiB", "--max-num-seqs", "64", "-t", "1",

@@ -8,12 +8,11 @@ import json
 import os
 import socket
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serverlib import Server, fail_if, sse_events, synth_tiny  # noqa: E402
+from serverlib import Server, fail_if, sse_events, synth_tiny, scratch_dir  # noqa: E402
 
 import openai  # noqa: E402
 
@@ -23,7 +22,7 @@ MAX_MODEL_LEN = 2048
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 
-tmp = tempfile.mkdtemp(prefix="headroom-serve-")
+tmp = scratch_dir("headroom-serve-")
 model = synth_tiny(tmp)
 cases = []
 

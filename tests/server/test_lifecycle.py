@@ -13,14 +13,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serverlib import Server, fail_if, headroom_bin, synth_tiny  # noqa: E402
+from serverlib import Server, fail_if, headroom_bin, synth_tiny, scratch_dir  # noqa: E402
 
-tmp = tempfile.mkdtemp(prefix="headroom-serve-")
+tmp = scratch_dir("headroom-serve-")
 model = synth_tiny(tmp)
 COMMON = ["-m", model, "--max-model-len", "65536", "--kv-cache-memory", "16MiB", "-t", "1"]
 

@@ -1,7 +1,9 @@
 // A large, page-aligned, zero-filled memory region taken once at start-up
-// (the KV pool, the activation arena). Pages are committed up front
-// (MAP_POPULATE), so the memory is really there: running out later is not
-// possible, and the process's RSS shows it from the start.
+// (the KV pool, the activation arena, the repacked weights). Pages are
+// committed up front, so the memory is really there: running out later is
+// not possible, and the process's RSS shows it from the start. Regions of
+// 2 MiB or more are aligned to 2 MiB and backed by transparent huge pages
+// where the kernel has them.
 #pragma once
 
 #include <cstddef>

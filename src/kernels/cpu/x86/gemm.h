@@ -249,7 +249,6 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
     F acc[NR];
     load_acc<V, NR>(acc, tok, n_valid, first);
     for (int64_t blk = b0; blk < b0 + nb; ++blk) {
-        if constexpr (T == TensorType::Q8_0) src.prefetch(blk);
         if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
             using R = ReadQ45K<V, T == TensorType::Q5_K>;
             I S[NR], Sl[NR], sc[8], mp[4], w[16];

@@ -15,9 +15,9 @@
 // scales gathered; the hardware prefetchers follow these interleaved streams
 // poorly and the transposes cost about as much as the arithmetic. PackedSrc
 // reads a copy made at load time (repack) in which each block of a row group
-// stores exactly those vectors, one after another (the fields of Fields<T>,
-// in order; Q8_0 weights already as the multiply-adds take them, q8_ready):
-// a decode step then streams one sequential run of plain loads.
+// stores exactly those vectors, one after another (block_fields<T>, scales
+// first; Q8_0 weights already as the multiply-adds take them, q8_ready):
+// a decode step then streams forward through one run of plain loads.
 // The copy has the original's size, rounded up to whole row groups.
 //
 // A decode step consumes the vectors straight from the readers; a batch packs
@@ -99,40 +99,53 @@ constexpr uint64_t field_bytes(FieldKind k) {
 }
 
 // The fields the readers take from a block, in repacked order; their sizes add
-// up to the block's size.
+// up to the block's size. The order is the one a decode step reads them in:
+// scales first, then the weights as the multiply-adds consume them. A stream
+// read strictly forward keeps the hardware prefetcher ahead; reading a
+// block's scale after its weights (a step back every block) cost Q8_0 about
+// a fifth of one core's read rate.
 template <TensorType T>
 constexpr auto block_fields() {
     using K = FieldKind;
-    if constexpr (T == TensorType::Q4_0) return std::array<Field, 2>{{{K::Dw4, 2}, {K::Half, 0}}};
+    if constexpr (T == TensorType::Q4_0) return std::array<Field, 2>{{{K::Half, 0}, {K::Dw4, 2}}};
     if constexpr (T == TensorType::Q4_1)
-        return std::array<Field, 3>{{{K::Dw4, 4}, {K::Half, 0}, {K::Half, 2}}};
+        return std::array<Field, 3>{{{K::Half, 0}, {K::Half, 2}, {K::Dw4, 4}}};
     if constexpr (T == TensorType::Q5_0)
-        return std::array<Field, 3>{{{K::Dw4, 6}, {K::Dword, 2}, {K::Half, 0}}};
+        return std::array<Field, 3>{{{K::Half, 0}, {K::Dword, 2}, {K::Dw4, 6}}};
     if constexpr (T == TensorType::Q5_1)
-        return std::array<Field, 4>{{{K::Dw4, 8}, {K::Dword, 4}, {K::Half, 0}, {K::Half, 2}}};
+        return std::array<Field, 4>{{{K::Half, 0}, {K::Half, 2}, {K::Dword, 4}, {K::Dw4, 8}}};
     if constexpr (T == TensorType::Q8_0)
-        return std::array<Field, 3>{{{K::Dw4, 2}, {K::Dw4, 18}, {K::Half, 0}}};
+        return std::array<Field, 3>{{{K::Half, 0}, {K::Dw4, 2}, {K::Dw4, 18}}};
     if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
+        // d, dmin, scales, then (Q5_K) the high bits, then the nibbles.
         constexpr bool five = T == TensorType::Q5_K;
         std::array<Field, five ? 15 : 13> f{};
         int i = 0;
-        for (int k = 0; k < 8; ++k)
-            f[i++] = {K::Dw4, static_cast<uint16_t>((five ? 48 : 16) + 16 * k)};
+        f[i++] = {K::Half, 0};
+        f[i++] = {K::Half, 2};
+        for (int k = 0; k < 3; ++k) f[i++] = {K::Dword, static_cast<uint16_t>(4 + 4 * k)};
         if (five) {
             f[i++] = {K::Dw4, 16};
             f[i++] = {K::Dw4, 32};
         }
-        for (int k = 0; k < 3; ++k) f[i++] = {K::Dword, static_cast<uint16_t>(4 + 4 * k)};
-        f[i++] = {K::Half, 0};
-        f[i++] = {K::Half, 2};
+        for (int k = 0; k < 8; ++k)
+            f[i++] = {K::Dw4, static_cast<uint16_t>((five ? 48 : 16) + 16 * k)};
         return f;
     }
     if constexpr (T == TensorType::Q6_K) {
+        // Scales and d, then per quarter (ReadQ6K::quarter: h, part) its ql,
+        // ql + 32 and qh vectors.
         std::array<Field, 17> f{};
         int i = 0;
-        for (int k = 0; k < 12; ++k) f[i++] = {K::Dw4, static_cast<uint16_t>(16 * k)};
         for (int k = 0; k < 4; ++k) f[i++] = {K::Dword, static_cast<uint16_t>(192 + 4 * k)};
         f[i++] = {K::Half, 208};
+        for (int h = 0; h < 2; ++h) {
+            for (int part = 0; part < 2; ++part) {
+                f[i++] = {K::Dw4, static_cast<uint16_t>(64 * h + 16 * part)};
+                f[i++] = {K::Dw4, static_cast<uint16_t>(64 * h + 32 + 16 * part)};
+                f[i++] = {K::Dw4, static_cast<uint16_t>(128 + 32 * h + 16 * part)};
+            }
+        }
         return f;
     }
 }
@@ -182,7 +195,6 @@ struct RowsSrc {
     HR_KERNEL_INLINE F half(int64_t b, int off) const {
         return V::half_lo_to_f32(half_bits(b, off));
     }
-    void prefetch(int64_t) const {}  // see prefetch_slice in gemm.h
 };
 
 // A row group of the repacked copy.
@@ -206,16 +218,6 @@ struct PackedSrc {
     }
     HR_KERNEL_INLINE I dword(int64_t b, int off) const { return V::load(at(b, off)); }
     HR_KERNEL_INLINE F half(int64_t b, int off) const { return V::load_f16(at(b, off)); }
-    // Asks L2 for the block about 1 KiB after block b. Q8_0 decode takes it:
-    // one core's stream goes from about 70% to about 85% of the read
-    // bandwidth (Zen 4, AVX-512; fetching into L1 or further ahead does
-    // worse). The other types, at half the bytes per multiply-add or less,
-    // run as fast or faster with the hardware prefetcher alone.
-    HR_KERNEL_INLINE void prefetch(int64_t b) const {
-        constexpr uint64_t kAheadBlocks = (1024 + kGroupBlockBytes - 1) / kGroupBlockBytes;
-        const uint8_t* p = base + (static_cast<uint64_t>(b) + kAheadBlocks) * kGroupBlockBytes;
-        for (uint64_t o = 0; o < kGroupBlockBytes; o += 64) V::prefetch_l2(p + o);
-    }
 };
 
 // Q8_0 weights (s8) as the multiply-adds take them: w + 128 as u8 where the
@@ -339,7 +341,11 @@ struct ReadQ45K {
     HR_KERNEL_INLINE static void pair(const Src& src, int64_t b, int c, I w[16]) {
         const int qs = (kFive ? 48 : 16) + 32 * c;
         const I low4 = V::set1_8(0x0F);
-        I x[8];
+        I x[8], h[8];
+        if constexpr (kFive) {  // the high bits sit before the nibbles
+            src.dw4(b, 16, h);
+            src.dw4(b, 32, h + 4);
+        }
         src.dw4(b, qs, x);
         src.dw4(b, qs + 16, x + 4);
         for (int k = 0; k < 8; ++k) {
@@ -347,9 +353,6 @@ struct ReadQ45K {
             w[k + 8] = V::and_(V::template srl16<4>(x[k]), low4);
         }
         if constexpr (kFive) {
-            I h[8];
-            src.dw4(b, 16, h);
-            src.dw4(b, 32, h + 4);
             const I bit0 = V::set1_8(0x01), bit1 = V::set1_8(0x02);
             for (int k = 0; k < 8; ++k) {
                 // bits 2c (low sub-block) and 2c + 1 (high) of each qh byte, to bit 4

@@ -255,10 +255,30 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
             F d, dmin;
             for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
             R::scales(src, blk, sc, mp, d, dmin);
-            for (int c = 0; c < 4; ++c) {
-                R::pair(src, blk, c, w);
-                sub_q45<V, NR, kI16>(w, sc[2 * c], tok, blk, 2 * c, S, Sl);
-                sub_q45<V, NR, kI16>(w + 8, sc[2 * c + 1], tok, blk, 2 * c + 1, S, Sl);
+            if constexpr (T == TensorType::Q4_K && !kI16 && V::kExactU8Dot) {
+                // The odd sub-blocks multiply the high nibbles in place, as
+                // 16 x level: one mask instead of a shift and a mask per
+                // vector. Their sums, multiples of 16, are divided once at
+                // the end, exactly (|16 x sum| < 2^28): the same integers.
+                I H[NR];
+                for (int t = 0; t < NR; ++t) H[t] = V::zero();
+                const I low4 = V::set1_8(0x0F), high4 = V::set1_8(static_cast<int8_t>(0xF0));
+                for (int c = 0; c < 4; ++c) {
+                    I x[8];
+                    src.dw4(blk, 16 + 32 * c, x);
+                    src.dw4(blk, 32 + 32 * c, x + 4);
+                    for (int k = 0; k < 8; ++k) w[k] = V::and_(x[k], low4);
+                    sub_q45<V, NR, false>(w, sc[2 * c], tok, blk, 2 * c, S, Sl);
+                    for (int k = 0; k < 8; ++k) w[k] = V::and_(x[k], high4);
+                    sub_q45<V, NR, false>(w, sc[2 * c + 1], tok, blk, 2 * c + 1, H, Sl);
+                }
+                for (int t = 0; t < NR; ++t) S[t] = V::add(S[t], V::template sra<4>(H[t]));
+            } else {
+                for (int c = 0; c < 4; ++c) {
+                    R::pair(src, blk, c, w);
+                    sub_q45<V, NR, kI16>(w, sc[2 * c], tok, blk, 2 * c, S, Sl);
+                    sub_q45<V, NR, kI16>(w + 8, sc[2 * c + 1], tok, blk, 2 * c + 1, S, Sl);
+                }
             }
             finish_q45<V, NR, kI16>(S, Sl, mp, d, dmin, tok, blk, acc);
         } else if constexpr (T == TensorType::Q6_K) {

@@ -22,6 +22,9 @@ struct Avx2 {
     static constexpr int kLanes = 8;
     static constexpr int kBytes = 32;
     static constexpr bool kQ8Unsigned = false;
+    // dot_u8s8 goes through vpmaddubsw, which saturates pairs at 16 bits:
+    // exact only for small weights (4- to 6-bit levels).
+    static constexpr bool kExactU8Dot = false;
     // Tokens per micro-kernel call (register budget: 16 vectors) and the
     // float kernels' rows x tokens tile.
     static constexpr int kNr32Int8 = 4, kNr32Int16 = 3, kNrKInt8 = 3, kNrKInt16 = 2;

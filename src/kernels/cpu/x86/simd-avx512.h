@@ -22,6 +22,8 @@ struct Avx512 {
     // Q8_0 weights are packed as u8 = w + 128 (vpdpbusd takes u8 x s8 without
     // saturating); the activation side subtracts 128 * sum(a).
     static constexpr bool kQ8Unsigned = true;
+    // dot_u8s8 sums any u8 x s8 products exactly (no 16-bit stage).
+    static constexpr bool kExactU8Dot = true;
     // Tokens per micro-kernel call (register budget: 32 vectors) and the
     // float kernels' rows x tokens tile.
     static constexpr int kNr32Int8 = 8, kNr32Int16 = 6, kNrKInt8 = 6, kNrKInt16 = 4;

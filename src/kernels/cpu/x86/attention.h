@@ -128,8 +128,9 @@ __attribute__((noinline)) void attend_heads(const float* q, float* st, uint64_t 
     }
 }
 
-// How many tiles ahead decode asks for K/V rows: with one, a step at a
-// context of 1024 spent about a third more time in attention.
+// How many tiles ahead decode asks for K/V rows. Two (one before), with the
+// tiles loaded straight from the cache, took about a quarter off the time a
+// decode step at a context of 1024 spends in attention.
 constexpr uint32_t kPrefetchTiles = 2;
 
 template <class V>

@@ -80,6 +80,25 @@ void load_tile(const uint8_t* const* k_rows, const uint8_t* const* v_rows, uint3
     }
 }
 
+template <class V>
+using TileLoader = void (*)(const uint8_t* const*, const uint8_t* const*, uint32_t, uint32_t,
+                            const AttnScratch<V>&);
+
+template <class V>
+TileLoader<V> tile_loader(KvDtype dtype) {
+    switch (dtype) {
+        case KvDtype::F32:
+            return &load_tile<V, KvDtype::F32>;
+        case KvDtype::F16:
+            return &load_tile<V, KvDtype::F16>;
+        case KvDtype::BF16:
+            return &load_tile<V, KvDtype::BF16>;
+        case KvDtype::Q8_0:
+            break;
+    }
+    return &load_tile<V, KvDtype::Q8_0>;
+}
+
 // QB query heads of one token (consecutive heads: q rows hk apart, states
 // stride apart) against the current key tile, keys [j0, j1) valid: the steps
 // of the file comment, interleaved across the heads for instruction-level
@@ -142,7 +161,7 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
     const uint32_t hk = a.head_dim_k, hv = a.head_dim_v;
     const uint32_t bs = a.cache->block_size();
     const size_t g = a.cache->group_of_layer(a.layer);
-    const KvDtype dtype = a.cache->dtype();
+    const TileLoader<V> load = tile_loader<V>(a.cache->dtype());
     const uint64_t state_stride = hv + 2;
     const float neg_inf = -std::numeric_limits<float>::infinity();
 
@@ -178,7 +197,8 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
     };
     const uint8_t* k_rows[L];
     const uint8_t* v_rows[L];
-    for (uint32_t p0 = lo_pos / L * L; p0 <= hi_pos; p0 += L) {
+    const uint32_t first_tile = lo_pos / L * L;
+    for (uint32_t p0 = first_tile; p0 <= hi_pos; p0 += L) {
         // Rows of the tile that some query needs; the others are not read.
         const uint32_t k0 = std::max(p0, lo_pos), k1 = std::min(p0 + L, hi_pos + 1);
         for (uint32_t p = p0; p < p0 + L; ++p) {
@@ -193,7 +213,6 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
         // Later tiles' rows sit in other KV blocks, where the hardware
         // prefetcher does not follow: ask for them kPrefetchTiles ahead (the
         // first tile asks for all of them).
-        const uint32_t first_tile = lo_pos / L * L;
         const uint32_t n1 = std::min(p0 + (1 + kPrefetchTiles) * L, hi_pos + 1);
         for (uint32_t p = p0 == first_tile ? p0 + L : p0 + kPrefetchTiles * L; p < n1;) {
             const uint32_t r = locate(p);
@@ -202,20 +221,7 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
             for (uint64_t o = 0; o < n * v_bytes; o += 64) V::prefetch_l2(v_base + r * v_bytes + o);
             p += n;
         }
-        switch (dtype) {
-            case KvDtype::F32:
-                load_tile<V, KvDtype::F32>(k_rows, v_rows, hk, hv, sc);
-                break;
-            case KvDtype::F16:
-                load_tile<V, KvDtype::F16>(k_rows, v_rows, hk, hv, sc);
-                break;
-            case KvDtype::BF16:
-                load_tile<V, KvDtype::BF16>(k_rows, v_rows, hk, hv, sc);
-                break;
-            case KvDtype::Q8_0:
-                load_tile<V, KvDtype::Q8_0>(k_rows, v_rows, hk, hv, sc);
-                break;
-        }
+        load(k_rows, v_rows, hk, hv, sc);
         for (int64_t t = t0; t < t1; ++t) {
             const uint32_t pos = a.positions[t];
             const uint32_t first = a.window && pos + 1 > a.window ? pos + 1 - a.window : 0;

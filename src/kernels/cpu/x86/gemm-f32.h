@@ -224,7 +224,7 @@ template <class V>
 void matmul_float(const Matrix& w, const Acts& x, float* y, const Context& ctx) {
     constexpr int MR = V::kFloatMr;
     const int64_t n_groups = (w.n_rows + MR - 1) / MR;
-    GroupQueue queue(n_groups, ctx.pool->n_threads(), x.n_tokens);
+    ShareQueue queue = group_queue(n_groups, ctx.pool->n_threads(), x.n_tokens);
     ctx.pool->run([&](int thread) {
         queue.drain(thread, [&](int64_t g0, int64_t g1) {
             for (int64_t g = g0; g < g1; ++g) {

@@ -14,15 +14,16 @@
 // at a time. Both paths share the per-block arithmetic below, so y[t, r] is
 // bit-identical for any number of tokens in the call.
 //
-// Threads take row groups from a shared counter, so a core slowed by other
+// Each thread walks its own contiguous share of the row groups and steals
+// from the others when done (core/share-queue.h), so a core slowed by other
 // work takes fewer; every row group is computed by exactly one thread.
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include "core/check.h"
+#include "core/share-queue.h"
 #include "core/thread-pool.h"
 #include "kernels/act-format.h"
 #include "kernels/cpu/x86/act-quant.h"
@@ -398,42 +399,15 @@ IntKernel<V> int_kernel(TensorType t, bool i16, bool packed) {
     return i16 ? int_kernel_for<V, true, false>(t) : int_kernel_for<V, false, false>(t);
 }
 
-// Hands out row groups [0, n_groups) to a pool's threads. For a few tokens
-// (memory-bound) each thread first takes its own contiguous share of the
-// first 3/4: one sequential stream per core, no shared counter. The rest come
-// from a shared counter in grabs, which evens out a core slowed by the
-// machine's other load. A batch makes each group a large piece of work: then
-// all come from the counter, one at a time.
-class GroupQueue {
-  public:
-    GroupQueue(int64_t n_groups, int n_threads, int64_t n_tokens)
-        : n_groups_(n_groups),
-          n_threads_(n_threads),
-          n_static_(n_tokens >= 16 ? 0 : n_groups * 3 / 4),
-          grab_(n_tokens >= 16 ? 1
-                               : std::max<int64_t>(1, (n_groups - n_static_) /
-                                                          (8 * static_cast<int64_t>(n_threads)))) {}
-
-    // Calls fn(g0, g1) for each range of groups share `thread` takes.
-    template <class Fn>
-    void drain(int thread, Fn&& fn) {
-        const int64_t s0 = n_static_ * thread / n_threads_;
-        const int64_t s1 = n_static_ * (thread + 1) / n_threads_;
-        if (s0 < s1) fn(s0, s1);
-        for (;;) {
-            const int64_t g0 = n_static_ + next_.fetch_add(grab_, std::memory_order_relaxed);
-            if (g0 >= n_groups_) break;
-            fn(g0, std::min(n_groups_, g0 + grab_));
-        }
-    }
-
-  private:
-    const int64_t n_groups_;
-    const int n_threads_;
-    const int64_t n_static_;
-    const int64_t grab_;
-    std::atomic<int64_t> next_{0};
-};
+// Hands out row groups [0, n_groups) to a pool's threads: a contiguous share
+// each (core/share-queue.h). For a few tokens (memory-bound) a thread takes
+// 1/32 of its share at a time, so one slowed by the machine's other load
+// gives up most of it; a batch makes each group a large piece of work, taken
+// one at a time.
+inline ShareQueue group_queue(int64_t n_groups, int n_threads, int64_t n_tokens) {
+    return ShareQueue(n_groups, n_threads,
+                      n_tokens >= 16 ? 1 : n_groups / (32 * static_cast<int64_t>(n_threads)));
+}
 
 // A row group's rows are contiguous, but RowsSrc reads them as 16
 // interleaved streams, which the hardware prefetchers follow at half the
@@ -448,11 +422,11 @@ inline void prefetch_slice(const uint8_t* base, uint64_t bytes, int64_t slice, i
 }
 
 // Runs fn(g, more, thread) for every row group of w, handed out by a
-// GroupQueue (more: the same range goes on with g + 1).
+// ShareQueue (more: the same range goes on with g + 1).
 template <class V, class Fn>
 void for_each_group(const Matrix& w, int64_t n_tokens, const Context& ctx, Fn&& fn) {
     constexpr int L = V::kLanes;
-    GroupQueue queue((w.n_rows + L - 1) / L, ctx.pool->n_threads(), n_tokens);
+    ShareQueue queue = group_queue((w.n_rows + L - 1) / L, ctx.pool->n_threads(), n_tokens);
     ctx.pool->run([&](int thread) {
         queue.drain(thread, [&](int64_t g0, int64_t g1) {
             for (int64_t g = g0; g < g1; ++g) fn(g, g + 1 < g1, thread);
@@ -508,7 +482,7 @@ void repack(const Matrix& w, uint8_t* dst, const Context& ctx) {
 
 // y_i = x @ W_i^T for n matrices of one type and width (a layer's Q, K, V, or
 // gate and up) as one piece of work: their row groups are handed out from one
-// counter, so the threads finish together once, not n times.
+// queue, so the threads finish together once, not n times.
 // packed[i]: W_i.packed holds this backend's repacked copy.
 template <class V>
 void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x, const Context& ctx,
@@ -529,7 +503,7 @@ void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
     const int64_t n_chunks = (nb + kern[0].chunk - 1) / kern[0].chunk;
     const bool direct = x.n_tokens <= kern[0].nr_max;
     const int64_t n_groups = first_group[n];
-    GroupQueue queue(n_groups, ctx.pool->n_threads(), x.n_tokens);
+    ShareQueue queue = group_queue(n_groups, ctx.pool->n_threads(), x.n_tokens);
     ctx.pool->run([&](int thread) {
         uint8_t* panel = ctx.thread_scratch(thread);
         Tok tok[16];

@@ -16,7 +16,8 @@
 // poorly and the transposes cost about as much as the arithmetic. PackedSrc
 // reads a copy made at load time (repack) in which each block of a row group
 // stores exactly those vectors, one after another (block_fields<T>, scales
-// first; Q8_0 weights already as the multiply-adds take them, q8_ready):
+// first; Q8_0 weights already as the multiply-adds take them, q8_ready;
+// Q4_K / Q5_K scale bits rearranged to unpack cheaply, repack_scales):
 // a decode step then streams forward through one run of plain loads.
 // The copy has the original's size, rounded up to whole row groups.
 //
@@ -178,6 +179,7 @@ struct RowsSrc {
     using F = typename V::F;
     static constexpr uint64_t kBlockBytes = block_bytes_of(T);
     static constexpr bool kQ8Ready = false;  // Q8_0 weights as stored
+    static constexpr bool kRepacked = false;
     const RowGroup<V>& g;
 
     HR_KERNEL_INLINE void dw4(int64_t b, int off, I x[4]) const {
@@ -206,6 +208,7 @@ struct PackedSrc {
     // Q8_0 weights are stored as the multiply-adds take them (q8_ready), so a
     // decode step feeds its loads straight to them.
     static constexpr bool kQ8Ready = true;
+    static constexpr bool kRepacked = true;
     const uint8_t* base;  // the group's first block
 
     HR_KERNEL_INLINE const uint8_t* at(int64_t b, int off) const {
@@ -231,6 +234,9 @@ HR_KERNEL_INLINE typename V::I q8_ready(typename V::I w) {
         return V::clamp_q8(w);
 }
 
+template <class V, bool kFive>
+struct ReadQ45K;
+
 // Writes the repacked copy of one row group: every field of every block, as
 // PackedSrc reads it.
 template <class V, TensorType T>
@@ -246,7 +252,13 @@ void repack_group(const RowGroup<V>& g, int64_t n_blocks, uint8_t* dst) {
                     V::store(dst + j * V::kBytes, x[j]);
                 }
             } else if (f.kind == FieldKind::Dword) {
-                V::store(dst, src.dword(b, f.off));
+                if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
+                    // The three scale dwords (offsets 4, 8, 12, stored one
+                    // after another) are re-encoded together.
+                    if (f.off == 4) ReadQ45K<V, T == TensorType::Q5_K>::repack_scales(src, b, dst);
+                } else {
+                    V::store(dst, src.dword(b, f.off));
+                }
             } else {
                 V::store_lo16(dst, src.half_bits(b, f.off));
             }
@@ -314,14 +326,10 @@ struct ReadQ45K {
     using I = typename V::I;
     using F = typename V::F;
 
-    // sc[s] and the mins as pairs (m[2j] | m[2j + 1] << 16), both per lane.
-    template <class Src>
-    HR_KERNEL_INLINE static void scales(const Src& src, int64_t b, I sc[8], I mp[4], F& d,
-                                        F& dmin) {
-        // A = scales[0..3], B = [4..7], C = [8..11]
-        const I A = src.dword(b, 4), B = src.dword(b, 8), C = src.dword(b, 12);
+    // The GGUF scale bytes, dwords A = [0..3], B = [4..7], C = [8..11] of
+    // each lane, as 6-bit scales sc[s] and mins mn[s].
+    HR_KERNEL_INLINE static void gguf_scales(I A, I B, I C, I sc[8], I mn[8]) {
         const I m6 = V::set1(63), m4 = V::set1(0xF), m2 = V::set1(3);
-        I mn[8];
         for (int s = 0; s < 4; ++s) {
             const I sh = V::set1(8 * s), sh4 = V::set1(8 * s + 4), sh6 = V::set1(8 * s + 6);
             sc[s] = V::and_(V::srlv(A, sh), m6);
@@ -331,7 +339,70 @@ struct ReadQ45K {
             mn[s + 4] = V::or_(V::and_(V::srlv(C, sh4), m4),
                                V::template sll<4>(V::and_(V::srlv(B, sh6), m2)));
         }
-        for (int j = 0; j < 4; ++j) mp[j] = V::or_(mn[2 * j], V::template sll<16>(mn[2 * j + 1]));
+    }
+
+    // The repacked copy holds the same 96 bits per row as dwords
+    //   P = m0 | m2 << 6 | (sc4 & 15) << 12 | m1 << 16 | m3 << 22 | (sc5 & 15) << 28
+    //   Q = m4 | m6 << 6 | (sc6 & 15) << 12 | m5 << 16 | m7 << 22 | (sc7 & 15) << 28
+    //   R = sc0 | sc1 << 8 | sc2 << 16 | sc3 << 24, and sc4..sc7 >> 4 in bits
+    //       6-7 of bytes 0..3
+    // so that each min pair is one mask of P or Q and every scale a shift and
+    // a mask or two: 31 vector operations a superblock instead of 72, which
+    // mattered for Q4_K's decode once two cores read faster than its
+    // arithmetic kept up.
+    template <class Src>
+    HR_KERNEL_INLINE static void repack_scales(const Src& src, int64_t b, uint8_t* dst) {
+        I sc[8], mn[8];
+        gguf_scales(src.dword(b, 4), src.dword(b, 8), src.dword(b, 12), sc, mn);
+        const I lo4 = V::set1(0xF);
+        const auto low = [&](int s) { return V::and_(sc[s], lo4); };
+        const auto high = [&](int s) { return V::template srl<4>(sc[s]); };
+        const I P =
+            V::or_(V::or_(V::or_(mn[0], V::template sll<6>(mn[2])), V::template sll<12>(low(4))),
+                   V::or_(V::or_(V::template sll<16>(mn[1]), V::template sll<22>(mn[3])),
+                          V::template sll<28>(low(5))));
+        const I Q =
+            V::or_(V::or_(V::or_(mn[4], V::template sll<6>(mn[6])), V::template sll<12>(low(6))),
+                   V::or_(V::or_(V::template sll<16>(mn[5]), V::template sll<22>(mn[7])),
+                          V::template sll<28>(low(7))));
+        const I R =
+            V::or_(V::or_(V::or_(sc[0], V::template sll<6>(high(4))),
+                          V::or_(V::template sll<8>(sc[1]), V::template sll<14>(high(5)))),
+                   V::or_(V::or_(V::template sll<16>(sc[2]), V::template sll<22>(high(6))),
+                          V::or_(V::template sll<24>(sc[3]), V::template sll<30>(high(7)))));
+        V::store(dst, P);
+        V::store(dst + 4 * V::kLanes, Q);
+        V::store(dst + 8 * V::kLanes, R);
+    }
+
+    // sc[s] and the mins as pairs (m[2j] | m[2j + 1] << 16), both per lane.
+    template <class Src>
+    HR_KERNEL_INLINE static void scales(const Src& src, int64_t b, I sc[8], I mp[4], F& d,
+                                        F& dmin) {
+        if constexpr (Src::kRepacked) {
+            const I P = src.dword(b, 4), Q = src.dword(b, 8), R = src.dword(b, 12);
+            const I pair = V::set1(0x003F003F), m6 = V::set1(63), lo4 = V::set1(0xF),
+                    hi2 = V::set1(0x30);
+            mp[0] = V::and_(P, pair);
+            mp[1] = V::and_(V::template srl<6>(P), pair);
+            mp[2] = V::and_(Q, pair);
+            mp[3] = V::and_(V::template srl<6>(Q), pair);
+            sc[0] = V::and_(R, m6);
+            sc[1] = V::and_(V::template srl<8>(R), m6);
+            sc[2] = V::and_(V::template srl<16>(R), m6);
+            sc[3] = V::and_(V::template srl<24>(R), m6);
+            sc[4] =
+                V::or_(V::and_(V::template srl<12>(P), lo4), V::and_(V::template srl<2>(R), hi2));
+            sc[5] = V::or_(V::template srl<28>(P), V::and_(V::template srl<10>(R), hi2));
+            sc[6] =
+                V::or_(V::and_(V::template srl<12>(Q), lo4), V::and_(V::template srl<18>(R), hi2));
+            sc[7] = V::or_(V::template srl<28>(Q), V::and_(V::template srl<26>(R), hi2));
+        } else {
+            I mn[8];
+            gguf_scales(src.dword(b, 4), src.dword(b, 8), src.dword(b, 12), sc, mn);
+            for (int j = 0; j < 4; ++j)
+                mp[j] = V::or_(mn[2 * j], V::template sll<16>(mn[2 * j + 1]));
+        }
         d = src.half(b, 0);
         dmin = src.half(b, 2);
     }

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string>
 #include <tuple>
 
 #include "cli/commands.h"
@@ -147,8 +149,9 @@ void run_bench(const Opts& o) {
     Batch batch;
     batch.reserve(step, 1, 1);
 
-    // One repetition; returns (prefill seconds, decode seconds, read
-    // bandwidth measured between the two, or 0 if not `probe`).
+    // One repetition; returns prefill seconds, decode seconds, and the read
+    // bandwidth measured just before and just after the decode (0 if not
+    // `probe`).
     auto once = [&](uint32_t n_prompt, uint32_t n_gen, bool probe) {
         SeqKv seq;
         int32_t next = prompt.empty() ? 1 : prompt[0];
@@ -163,9 +166,12 @@ void run_bench(const Opts& o) {
             if (c1 == n_prompt) next = argmax(logits, hp.n_vocab);
         }
         const double pp_s = seconds_since(t0);
-        const double gbps =
-            probe && n_gen ? measure_read_bandwidth_gbps(runner.pool(), probe_buf, kProbePasses)
-                           : 0.0;
+        auto measure = [&] {
+            return probe && n_gen
+                       ? measure_read_bandwidth_gbps(runner.pool(), probe_buf, kProbePasses)
+                       : 0.0;
+        };
+        const double before = measure();
         const auto t1 = Clock::now();
         for (uint32_t i = 0; i < n_gen; ++i) {
             if (!runner.cache().grow(seq, 1)) fail("internal: KV pool too small");
@@ -175,8 +181,9 @@ void run_bench(const Opts& o) {
             next = argmax(runner.forward(batch), hp.n_vocab);
         }
         const double tg_s = seconds_since(t1);
+        const double after = measure();
         runner.cache().free(seq);
-        return std::tuple{pp_s, tg_s, gbps};
+        return std::tuple{pp_s, tg_s, before, after};
     };
 
     // A decode step reads the weights and the sequence's K and V so far.
@@ -186,13 +193,23 @@ void run_bench(const Opts& o) {
 
     once(std::min<uint32_t>(o.n_prompt, 32), std::min<uint32_t>(o.n_gen, 4), false);  // warm-up
     std::vector<double> pp, tg, bw, frac;
+    std::vector<std::array<double, 2>> bw_around;
+    // Runs whose bandwidth moved by more than kMoved between the two probes:
+    // the decode ran partly at the one, partly at the other.
+    constexpr double kMoved = 1.25;
+    std::string moved;
     for (int r = 0; r < o.reps; ++r) {
-        const auto [pp_s, tg_s, gbps] = once(o.n_prompt, o.n_gen, true);
+        const auto [pp_s, tg_s, before, after] = once(o.n_prompt, o.n_gen, true);
         if (o.n_prompt) pp.push_back(o.n_prompt / pp_s);
         if (o.n_gen) {
+            const double gbps = (before + after) / 2;
             tg.push_back(o.n_gen / tg_s);
             bw.push_back(gbps);
+            bw_around.push_back({before, after});
             frac.push_back(gbps > 0 ? tg.back() * step_bytes / 1e9 / gbps : 0.0);
+            if (std::max(before, after) > kMoved * std::min(before, after))
+                moved += fmt::format("{}run {}: {:.1f} -> {:.1f} GB/s", moved.empty() ? "" : ", ",
+                                     r + 1, before, after);
         }
     }
     const Stats pps = stats(pp), tgs = stats(tg), fracs = stats(frac);
@@ -215,6 +232,7 @@ void run_bench(const Opts& o) {
         j["tg_effective_gbps"] = tg_gbps;
         j["bandwidth_gbps"] = bandwidth;
         j["bandwidth_runs"] = bw;
+        j["bandwidth_before_after_runs"] = bw_around;
         j["tg_fraction_of_bandwidth"] = fracs.mean;
         j["tg_fraction_runs"] = frac;
         fmt::print("{}\n", j.dump(2));
@@ -224,8 +242,9 @@ void run_bench(const Opts& o) {
     fmt::print("backend      {}, {} threads, activations {}, kv {}\n", isa, n_threads, precision,
                name(runner.plan().config.kv_dtype));
     if (o.n_gen)
-        fmt::print("bandwidth    {:.1f} GB/s read ({} threads, measured before each decode)\n",
-                   bandwidth, n_threads);
+        fmt::print(
+            "bandwidth    {:.1f} GB/s read ({} threads, measured before and after each decode)\n",
+            bandwidth, n_threads);
     fmt::print("{:<10} {:>18}\n", "test", "tokens/s");
     if (o.n_prompt)
         fmt::print("{:<10} {:>10.2f} ± {:<6.2f}\n", fmt::format("pp{}", o.n_prompt), pps.mean,
@@ -233,6 +252,11 @@ void run_bench(const Opts& o) {
     if (o.n_gen)
         fmt::print("{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s effective, {:.0f}% of read bandwidth\n",
                    fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps, 100 * fracs.mean);
+    if (!moved.empty())
+        fmt::print(
+            "note         the read bandwidth moved during a decode ({}): such a run's fraction "
+            "is against the mean of the two\n",
+            moved);
 }
 
 }  // namespace

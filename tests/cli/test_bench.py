@@ -57,9 +57,13 @@ fail_if(not math.isclose(j["bytes_per_decode_step"], step_bytes, rel_tol=1e-12),
         f"bytes_per_decode_step {j['bytes_per_decode_step']} != hand count {step_bytes}")
 
 # Each repetition's fraction is its decode speed times those bytes over the
-# bandwidth measured just before it.
+# mean of the bandwidth measured just before and just after it.
 fail_if(len(j["bandwidth_runs"]) != REPS or not all(b > 0 for b in j["bandwidth_runs"]),
         "a repetition without a bandwidth measurement")
+fail_if(len(j["bandwidth_before_after_runs"]) != REPS, "a repetition without its two probes")
+for bw, (before, after) in zip(j["bandwidth_runs"], j["bandwidth_before_after_runs"]):
+    fail_if(not (before > 0 and after > 0 and math.isclose(bw, (before + after) / 2, rel_tol=1e-9)),
+            f"run bandwidth {bw} is not the mean of its probes {before}, {after}")
 for tg, bw, frac in zip(j["tg"]["runs"], j["bandwidth_runs"], j["tg_fraction_runs"]):
     fail_if(not math.isclose(frac, tg * step_bytes / 1e9 / bw, rel_tol=1e-9),
             f"fraction {frac} != {tg} t/s x {step_bytes} B / {bw} GB/s")

@@ -178,8 +178,7 @@ struct RowsSrc {
     using I = typename V::I;
     using F = typename V::F;
     static constexpr uint64_t kBlockBytes = block_bytes_of(T);
-    static constexpr bool kQ8Ready = false;  // Q8_0 weights as stored
-    static constexpr bool kRepacked = false;
+    static constexpr bool kRepacked = false;  // fields as GGUF stores them
     const RowGroup<V>& g;
 
     HR_KERNEL_INLINE void dw4(int64_t b, int off, I x[4]) const {
@@ -205,9 +204,9 @@ struct PackedSrc {
     using I = typename V::I;
     using F = typename V::F;
     static constexpr uint64_t kGroupBlockBytes = block_bytes_of(T) * V::kLanes;
-    // Q8_0 weights are stored as the multiply-adds take them (q8_ready), so a
-    // decode step feeds its loads straight to them.
-    static constexpr bool kQ8Ready = true;
+    // Fields as repack_group wrote them: Q8_0 weights as the multiply-adds
+    // take them (q8_ready), so a decode step feeds its loads straight to
+    // them; Q4_K / Q5_K scales re-encoded (ReadQ45K::repack_scales).
     static constexpr bool kRepacked = true;
     const uint8_t* base;  // the group's first block
 
@@ -291,7 +290,7 @@ struct Read32 {
         if constexpr (T == TensorType::Q8_0) {
             src.dw4(b, 2, w);
             src.dw4(b, 18, w + 4);
-            if constexpr (!Src::kQ8Ready)
+            if constexpr (!Src::kRepacked)
                 for (int j = 0; j < 8; ++j) w[j] = q8_ready<V>(w[j]);
             d = src.half(b, 0);
             return;

@@ -1,15 +1,16 @@
 // Flash-style attention for the x86 backends (templates over the vector
 // traits V), decode and prefill alike.
 //
-// Keys are visited in tiles of kLanes consecutive positions (tile i covers
-// positions [i * kLanes, (i + 1) * kLanes), whatever the KV block size). A
-// work item is one KV head and a window of up to kQueryWindow batch tokens;
-// the tokens of one sequence in the window ("a run") share each tile: its K
-// rows are converted to f32 and transposed once (Kt: head_dim x kLanes), its V
-// rows converted once, then every query of the run (tokens x the KV head's
-// query heads) takes it:
-//   s = scale * q . Kt            (lanes = keys; lanes outside the query's
-//                                  valid keys [first, pos] set to -inf)
+// Keys are visited in chunks of up to kMaxChunkKeys consecutive positions
+// (chunk_keys(); chunk i covers [i * ck, (i + 1) * ck), whatever the KV block
+// size), each loaded as tiles of kLanes keys. A work item is one KV head and
+// a window of up to kQueryWindow batch tokens; the tokens of one sequence in
+// the window ("a run") share each chunk: its K rows are converted to f32 and
+// transposed once (Kt: head_dim x kLanes per tile), its V rows converted
+// once, then every query of the run (tokens x the KV head's query heads)
+// takes it, one softmax step per chunk:
+//   s = scale * q . Kt            (per tile, lanes = keys; keys outside the
+//                                  query's valid [first, pos] set to -inf)
 //   m' = max(m, max(s));  c = e^(m - m');  p = e^(s - m') (0 outside)
 //   l = l * c + sum(p);   acc = acc * c + sum_j p_j * v_j   (j in order)
 // out = acc / l. A query's operations depend only on its own position, window
@@ -35,8 +36,8 @@ namespace headroom::kernels::x86 {
 // covers it for kLanes <= 16).
 template <class V>
 struct AttnScratch {
-    float* kt;     // (head_dim_k, kLanes)
-    float* v;      // (kLanes, head_dim_v)
+    float* kt;     // per tile of the chunk: (head_dim_k, kLanes)
+    float* v;      // (chunk keys, head_dim_v)
     float* state;  // per query: m, l, acc (head_dim_v)
 };
 
@@ -99,11 +100,22 @@ TileLoader<V> tile_loader(KvDtype dtype) {
     return &load_tile<V, KvDtype::Q8_0>;
 }
 
+// Keys per softmax step ("chunk"): a whole number of tiles, at most
+// kMaxChunkKeys, whose f32 K (and V) fit kChunkFloats (one tile if even that
+// does not). Chunks start at multiples of their size, so a query's steps
+// depend only on its position and the head size.
+template <class V>
+uint32_t chunk_keys(uint32_t hk, uint32_t hv) {
+    constexpr uint32_t L = V::kLanes;
+    const uint32_t by_size = kChunkFloats / std::max(hk, hv) / L * L;
+    return std::clamp<uint32_t>(by_size, L, kMaxChunkKeys);
+}
+
 // QB query heads of one token (consecutive heads: q rows hk apart, states
-// stride apart) against the current key tile, keys [j0, j1) valid: the steps
-// of the file comment, interleaved across the heads for instruction-level
-// parallelism. Each head's operations and their order are a single head's, and
-// a token's heads are always grouped the same way.
+// stride apart) against the current chunk of keys, keys [j0, j1) of it
+// valid: the steps of the file comment, interleaved across the heads for
+// instruction-level parallelism. Each head's operations and their order are a
+// single head's, and a token's heads are always grouped the same way.
 template <class V, int QB>
 __attribute__((noinline)) void attend_heads(const float* q, float* st, uint64_t stride,
                                             const AttnScratch<V>& sc, uint32_t hk, uint32_t hv,
@@ -111,29 +123,46 @@ __attribute__((noinline)) void attend_heads(const float* q, float* st, uint64_t 
     using F = typename V::F;
     constexpr int L = V::kLanes;
     const float neg_inf = -std::numeric_limits<float>::infinity();
-    F s[QB][4];
-    for (int h = 0; h < QB; ++h)
-        for (int k = 0; k < 4; ++k) s[h][k] = V::fzero();
-    for (uint32_t d = 0; d < hk; d += 4) {
-        for (int k = 0; k < 4; ++k) {
-            const F kv = V::fload(sc.kt + (d + k) * L);
-            for (int h = 0; h < QB; ++h)
-                s[h][k] = V::fma(V::fbcast(q + h * hk + d + k), kv, s[h][k]);
+    alignas(64) float pj[QB][kMaxChunkKeys];
+    const int tile0 = j0 / L, tile1 = (j1 - 1) / L + 1;  // tiles holding valid keys
+    F mx[QB];
+    for (int h = 0; h < QB; ++h) mx[h] = V::fset1(neg_inf);
+    for (int ti = tile0; ti < tile1; ++ti) {
+        const float* kt = sc.kt + static_cast<uint64_t>(ti) * hk * L;
+        F s[QB][4];
+        for (int h = 0; h < QB; ++h)
+            for (int k = 0; k < 4; ++k) s[h][k] = V::fzero();
+        for (uint32_t d = 0; d < hk; d += 4) {
+            for (int k = 0; k < 4; ++k) {
+                const F kv = V::fload(kt + (d + k) * L);
+                for (int h = 0; h < QB; ++h)
+                    s[h][k] = V::fma(V::fbcast(q + h * hk + d + k), kv, s[h][k]);
+            }
+        }
+        const int a = std::max(j0 - ti * L, 0), b = std::min(j1 - ti * L, L);
+        for (int h = 0; h < QB; ++h) {
+            F sv = V::fmul(V::fadd(V::fadd(s[h][0], s[h][1]), V::fadd(s[h][2], s[h][3])),
+                           V::fset1(scale));
+            sv = V::fkeep(sv, a, b, neg_inf);
+            V::fstore(pj[h] + ti * L, sv);
+            mx[h] = V::fmax(mx[h], sv);
         }
     }
-    alignas(64) float pj[QB][L];
     float c[QB];
     for (int h = 0; h < QB; ++h) {
         float* sth = st + h * stride;
-        F sv =
-            V::fmul(V::fadd(V::fadd(s[h][0], s[h][1]), V::fadd(s[h][2], s[h][3])), V::fset1(scale));
-        sv = V::fkeep(sv, j0, j1, neg_inf);
-        const float m_new = std::max(sth[0], V::reduce_max(sv));
+        const float m_new = std::max(sth[0], V::reduce_max(mx[h]));
         c[h] = std::exp(sth[0] - m_new);
-        const F p = V::fkeep(exp<V>(V::fsub(sv, V::fset1(m_new))), j0, j1, 0.0f);
+        const F m = V::fset1(m_new);
+        F sum = V::fzero();
+        for (int ti = tile0; ti < tile1; ++ti) {
+            const int a = std::max(j0 - ti * L, 0), b = std::min(j1 - ti * L, L);
+            const F p = V::fkeep(exp<V>(V::fsub(V::fload(pj[h] + ti * L), m)), a, b, 0.0f);
+            V::fstore(pj[h] + ti * L, p);
+            sum = V::fadd(sum, p);
+        }
         sth[0] = m_new;
-        sth[1] = sth[1] * c[h] + V::reduce_halving(p);
-        V::fstore(pj[h], p);
+        sth[1] = sth[1] * c[h] + V::reduce_halving(sum);
     }
     for (uint32_t d = 0; d < hv; d += L) {
         F o[QB];
@@ -147,11 +176,6 @@ __attribute__((noinline)) void attend_heads(const float* q, float* st, uint64_t 
     }
 }
 
-// How many tiles ahead decode asks for K/V rows. Two (one before), with the
-// tiles loaded straight from the cache, took about a quarter off the time a
-// decode step at a context of 1024 spends in attention.
-constexpr uint32_t kPrefetchTiles = 2;
-
 template <class V>
 void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t t0, int64_t t1,
                 const AttnScratch<V>& sc) {
@@ -164,6 +188,7 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
     const TileLoader<V> load = tile_loader<V>(a.cache->dtype());
     const uint64_t state_stride = hv + 2;
     const float neg_inf = -std::numeric_limits<float>::infinity();
+    const uint32_t ck = chunk_keys<V>(hk, hv);
 
     // Key range any query of the run sees.
     uint32_t lo_pos = UINT32_MAX, hi_pos = 0;
@@ -195,39 +220,50 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
         }
         return p % bs;
     };
-    const uint8_t* k_rows[L];
-    const uint8_t* v_rows[L];
-    const uint32_t first_tile = lo_pos / L * L;
-    for (uint32_t p0 = first_tile; p0 <= hi_pos; p0 += L) {
-        // Rows of the tile that some query needs; the others are not read.
-        const uint32_t k0 = std::max(p0, lo_pos), k1 = std::min(p0 + L, hi_pos + 1);
-        for (uint32_t p = p0; p < p0 + L; ++p) {
-            if (p < k0 || p >= k1) {
-                k_rows[p - p0] = v_rows[p - p0] = nullptr;
-                continue;
-            }
+    // Asks for the K and V rows of positions [p, p1), in whatever blocks.
+    auto prefetch = [&](uint32_t p, uint32_t p1) {
+        while (p < p1) {
             const uint32_t r = locate(p);
-            k_rows[p - p0] = k_base + r * k_bytes;
-            v_rows[p - p0] = v_base + r * v_bytes;
-        }
-        // Later tiles' rows sit in other KV blocks, where the hardware
-        // prefetcher does not follow: ask for them kPrefetchTiles ahead (the
-        // first tile asks for all of them).
-        const uint32_t n1 = std::min(p0 + (1 + kPrefetchTiles) * L, hi_pos + 1);
-        for (uint32_t p = p0 == first_tile ? p0 + L : p0 + kPrefetchTiles * L; p < n1;) {
-            const uint32_t r = locate(p);
-            const uint32_t n = std::min(n1 - p, bs - r);  // rows left in this block
+            const uint32_t n = std::min(p1 - p, bs - r);  // rows left in this block
             for (uint64_t o = 0; o < n * k_bytes; o += 64) V::prefetch_l2(k_base + r * k_bytes + o);
             for (uint64_t o = 0; o < n * v_bytes; o += 64) V::prefetch_l2(v_base + r * v_bytes + o);
             p += n;
         }
-        load(k_rows, v_rows, hk, hv, sc);
+    };
+    const uint8_t* k_rows[L];
+    const uint8_t* v_rows[L];
+    const uint32_t first_chunk = lo_pos / ck * ck;
+    for (uint32_t c0 = first_chunk; c0 <= hi_pos; c0 += ck) {
+        // Keys of the chunk some query needs; the others are not read.
+        const uint32_t k0 = std::max(c0, lo_pos), k1 = std::min(c0 + ck, hi_pos + 1);
+        // Later chunks' rows sit in other KV blocks, where the hardware
+        // prefetcher does not follow: while loading a tile, ask for the same
+        // tile of the next chunk (the first chunk first asks for its own).
+        // Asking a whole chunk ahead at once, or two tiles ahead, measured
+        // slower.
+        if (c0 == first_chunk) prefetch(k0, std::min(c0 + ck, hi_pos + 1));
+        for (uint32_t p0 = k0 / L * L; p0 < k1; p0 += L) {
+            prefetch(std::min(p0 + ck, hi_pos + 1), std::min(p0 + ck + L, hi_pos + 1));
+            for (uint32_t p = p0; p < p0 + L; ++p) {
+                if (p < k0 || p >= k1) {
+                    k_rows[p - p0] = v_rows[p - p0] = nullptr;
+                    continue;
+                }
+                const uint32_t r = locate(p);
+                k_rows[p - p0] = k_base + r * k_bytes;
+                v_rows[p - p0] = v_base + r * v_bytes;
+            }
+            AttnScratch<V> tile = sc;
+            tile.kt += static_cast<uint64_t>(p0 - c0) * hk;
+            tile.v += static_cast<uint64_t>(p0 - c0) * hv;
+            load(k_rows, v_rows, hk, hv, tile);
+        }
         for (int64_t t = t0; t < t1; ++t) {
             const uint32_t pos = a.positions[t];
             const uint32_t first = a.window && pos + 1 > a.window ? pos + 1 - a.window : 0;
-            if (pos < p0 || first >= p0 + L) continue;
-            const int j0 = static_cast<int>(std::max(first, p0) - p0);
-            const int j1 = static_cast<int>(std::min(pos + 1, p0 + L) - p0);
+            if (pos < c0 || first >= c0 + ck) continue;
+            const int j0 = static_cast<int>(std::max(first, c0) - c0);
+            const int j1 = static_cast<int>(std::min(pos + 1, c0 + ck) - c0);
             const float* q = a.q + (t * a.n_head + kv_h * group) * hk;
             float* st = sc.state + (t - t0) * group * state_stride;
             for (uint32_t gi = 0; gi < group; gi += 4) {
@@ -258,7 +294,6 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
 
 template <class V>
 void attention(const AttentionArgs& a, const Context& ctx) {
-    constexpr int L = V::kLanes;
     const int64_t n_windows = (a.n_tokens + kQueryWindow - 1) / kQueryWindow;
     const int64_t n_items = n_windows * a.n_head_kv;
     std::atomic<int64_t> next{0};
@@ -266,8 +301,9 @@ void attention(const AttentionArgs& a, const Context& ctx) {
         auto* base = reinterpret_cast<float*>(ctx.thread_scratch(thread));
         AttnScratch<V> sc;
         sc.kt = base;
-        sc.v = sc.kt + L * a.head_dim_k;
-        sc.state = sc.v + L * a.head_dim_v;
+        const uint32_t ck = chunk_keys<V>(a.head_dim_k, a.head_dim_v);
+        sc.v = sc.kt + ck * a.head_dim_k;
+        sc.state = sc.v + ck * a.head_dim_v;
         for (;;) {
             const int64_t item = next.fetch_add(1, std::memory_order_relaxed);
             if (item >= n_items) break;

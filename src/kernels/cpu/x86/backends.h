@@ -2,6 +2,8 @@
 // instruction set (dispatch.cpp does): the functions behind them use it.
 #pragma once
 
+#include <cstdint>
+
 #include "kernels/kernels.h"
 
 // The readers and the per-block arithmetic of the shared kernels must inline
@@ -12,6 +14,11 @@ namespace headroom::kernels::x86 {
 
 // Batch tokens per attention work item (attention.h); sizes its scratch.
 inline constexpr int kQueryWindow = 16;
+// Attention's softmax steps (attention.h): at most kMaxChunkKeys keys, and
+// at most kChunkFloats f32 of K (and of V) unless one tile of wide heads
+// needs more. They size its scratch.
+inline constexpr uint32_t kMaxChunkKeys = 64;
+inline constexpr uint32_t kChunkFloats = 4096;
 
 const Ops& avx2_table();
 const Ops& avx512_table();

@@ -58,21 +58,29 @@ HR_KERNEL_INLINE typename V::F load_kv_vec(const uint8_t* row, uint32_t d0) {
     }
 }
 
-// One tile of keys into f32: Kt (head_dim_k x kLanes, transposed straight
-// from the cached rows) and the V rows. k_rows[j] / v_rows[j] are key j's
-// cached rows, or null where no query of the run needs it: its K column is
-// zero and its V row is left as it is (no query reads it).
-template <class V, KvDtype D>
+// One tile of keys into f32: K (kTransposeK: Kt, head_dim_k x kLanes,
+// transposed straight from the cached rows; else kLanes rows of head_dim_k)
+// and the V rows. k_rows[j] / v_rows[j] are key j's cached rows, or null where
+// no query of the run needs it: its K is zero and its V row is left as it is
+// (no query reads it).
+template <class V, KvDtype D, bool kTransposeK>
 void load_tile(const uint8_t* const* k_rows, const uint8_t* const* v_rows, uint32_t hk, uint32_t hv,
                const AttnScratch<V>& sc) {
     using F = typename V::F;
     constexpr int L = V::kLanes;
-    for (uint32_t d0 = 0; d0 < hk; d0 += L) {
-        F rows[L];
+    if constexpr (kTransposeK) {
+        for (uint32_t d0 = 0; d0 < hk; d0 += L) {
+            F rows[L];
+            for (int j = 0; j < L; ++j)
+                rows[j] = k_rows[j] ? load_kv_vec<V, D>(k_rows[j], d0) : V::fzero();
+            V::transpose_square(rows);
+            for (int j = 0; j < L; ++j) V::fstore(sc.kt + (d0 + j) * L, rows[j]);
+        }
+    } else {
         for (int j = 0; j < L; ++j)
-            rows[j] = k_rows[j] ? load_kv_vec<V, D>(k_rows[j], d0) : V::fzero();
-        V::transpose_square(rows);
-        for (int j = 0; j < L; ++j) V::fstore(sc.kt + (d0 + j) * L, rows[j]);
+            for (uint32_t d0 = 0; d0 < hk; d0 += L)
+                V::fstore(sc.kt + j * hk + d0,
+                          k_rows[j] ? load_kv_vec<V, D>(k_rows[j], d0) : V::fzero());
     }
     for (int j = 0; j < L; ++j) {
         if (!v_rows[j]) continue;
@@ -85,20 +93,26 @@ template <class V>
 using TileLoader = void (*)(const uint8_t* const*, const uint8_t* const*, uint32_t, uint32_t,
                             const AttnScratch<V>&);
 
-template <class V>
+template <class V, bool kTransposeK>
 TileLoader<V> tile_loader(KvDtype dtype) {
     switch (dtype) {
         case KvDtype::F32:
-            return &load_tile<V, KvDtype::F32>;
+            return &load_tile<V, KvDtype::F32, kTransposeK>;
         case KvDtype::F16:
-            return &load_tile<V, KvDtype::F16>;
+            return &load_tile<V, KvDtype::F16, kTransposeK>;
         case KvDtype::BF16:
-            return &load_tile<V, KvDtype::BF16>;
+            return &load_tile<V, KvDtype::BF16, kTransposeK>;
         case KvDtype::Q8_0:
             break;
     }
-    return &load_tile<V, KvDtype::Q8_0>;
+    return &load_tile<V, KvDtype::Q8_0, kTransposeK>;
 }
+
+// Up to this many query heads per KV head, scores are dot products of K rows
+// (each then summed across its lanes) rather than multiply-adds over a
+// transposed tile: transposing costs as much as the multiply-adds of about two
+// heads. The choice depends on the model alone, never on the batch.
+inline constexpr uint32_t kRowDotMaxGroup = 2;
 
 // Keys per softmax step ("chunk"): a whole number of tiles, at most
 // kMaxChunkKeys, whose f32 K (and V) fit kChunkFloats (one tile if even that
@@ -114,9 +128,10 @@ uint32_t chunk_keys(uint32_t hk, uint32_t hv) {
 // QB query heads of one token (consecutive heads: q rows hk apart, states
 // stride apart) against the current chunk of keys, keys [j0, j1) of it
 // valid: the steps of the file comment, interleaved across the heads for
-// instruction-level parallelism. Each head's operations and their order are a
-// single head's, and a token's heads are always grouped the same way.
-template <class V, int QB>
+// instruction-level parallelism. kRowDot: the chunk's K is in rows (see
+// kRowDotMaxGroup). Each head's operations and their order are a single
+// head's, and a token's heads are always grouped the same way.
+template <class V, int QB, bool kRowDot>
 __attribute__((noinline)) void attend_heads(const float* q, float* st, uint64_t stride,
                                             const AttnScratch<V>& sc, uint32_t hk, uint32_t hv,
                                             int j0, int j1, float scale) {
@@ -129,23 +144,37 @@ __attribute__((noinline)) void attend_heads(const float* q, float* st, uint64_t 
     for (int h = 0; h < QB; ++h) mx[h] = V::fset1(neg_inf);
     for (int ti = tile0; ti < tile1; ++ti) {
         const float* kt = sc.kt + static_cast<uint64_t>(ti) * hk * L;
-        F s[QB][4];
-        for (int h = 0; h < QB; ++h)
-            for (int k = 0; k < 4; ++k) s[h][k] = V::fzero();
-        for (uint32_t d = 0; d < hk; d += 4) {
-            for (int k = 0; k < 4; ++k) {
-                const F kv = V::fload(kt + (d + k) * L);
-                for (int h = 0; h < QB; ++h)
-                    s[h][k] = V::fma(V::fbcast(q + h * hk + d + k), kv, s[h][k]);
+        F sv[QB];
+        if constexpr (kRowDot) {
+            for (int h = 0; h < QB; ++h) {
+                F part[L];
+                for (int j = 0; j < L; ++j) part[j] = V::fzero();
+                for (uint32_t d = 0; d < hk; d += L) {
+                    const F qv = V::fload(q + h * hk + d);
+                    for (int j = 0; j < L; ++j)
+                        part[j] = V::fma(qv, V::fload(kt + j * hk + d), part[j]);
+                }
+                sv[h] = V::sum_rows(part);
             }
+        } else {
+            F s[QB][4];
+            for (int h = 0; h < QB; ++h)
+                for (int k = 0; k < 4; ++k) s[h][k] = V::fzero();
+            for (uint32_t d = 0; d < hk; d += 4) {
+                for (int k = 0; k < 4; ++k) {
+                    const F kv = V::fload(kt + (d + k) * L);
+                    for (int h = 0; h < QB; ++h)
+                        s[h][k] = V::fma(V::fbcast(q + h * hk + d + k), kv, s[h][k]);
+                }
+            }
+            for (int h = 0; h < QB; ++h)
+                sv[h] = V::fadd(V::fadd(s[h][0], s[h][1]), V::fadd(s[h][2], s[h][3]));
         }
         const int a = std::max(j0 - ti * L, 0), b = std::min(j1 - ti * L, L);
         for (int h = 0; h < QB; ++h) {
-            F sv = V::fmul(V::fadd(V::fadd(s[h][0], s[h][1]), V::fadd(s[h][2], s[h][3])),
-                           V::fset1(scale));
-            sv = V::fkeep(sv, a, b, neg_inf);
-            V::fstore(pj[h] + ti * L, sv);
-            mx[h] = V::fmax(mx[h], sv);
+            const F x = V::fkeep(V::fmul(sv[h], V::fset1(scale)), a, b, neg_inf);
+            V::fstore(pj[h] + ti * L, x);
+            mx[h] = V::fmax(mx[h], x);
         }
     }
     float c[QB];
@@ -164,15 +193,24 @@ __attribute__((noinline)) void attend_heads(const float* q, float* st, uint64_t 
         sth[0] = m_new;
         sth[1] = sth[1] * c[h] + V::reduce_halving(sum);
     }
-    for (uint32_t d = 0; d < hv; d += L) {
-        F o[QB];
+    // acc = acc * c + sum_j p_j v_j, DB vectors of each head at a time: QB x
+    // DB independent chains of multiply-adds, each in the order of j. Three
+    // or more heads are enough chains by themselves (more measured slower).
+    constexpr int DB = QB >= 3 ? 1 : (L == 16 ? 16 : 8) / QB;
+    for (uint32_t d0 = 0; d0 < hv; d0 += DB * L) {
+        const int nd = static_cast<int>(std::min<uint32_t>(DB, (hv - d0) / L));
+        F o[QB][DB];
         for (int h = 0; h < QB; ++h)
-            o[h] = V::fmul(V::fload(st + h * stride + 2 + d), V::fset1(c[h]));
+            for (int k = 0; k < nd; ++k)
+                o[h][k] = V::fmul(V::fload(st + h * stride + 2 + d0 + k * L), V::fset1(c[h]));
         for (int j = j0; j < j1; ++j) {
-            const F vj = V::fload(sc.v + j * hv + d);
-            for (int h = 0; h < QB; ++h) o[h] = V::fma(V::fset1(pj[h][j]), vj, o[h]);
+            for (int k = 0; k < nd; ++k) {
+                const F vj = V::fload(sc.v + j * hv + d0 + k * L);
+                for (int h = 0; h < QB; ++h) o[h][k] = V::fma(V::fset1(pj[h][j]), vj, o[h][k]);
+            }
         }
-        for (int h = 0; h < QB; ++h) V::fstore(st + h * stride + 2 + d, o[h]);
+        for (int h = 0; h < QB; ++h)
+            for (int k = 0; k < nd; ++k) V::fstore(st + h * stride + 2 + d0 + k * L, o[h][k]);
     }
 }
 
@@ -185,7 +223,9 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
     const uint32_t hk = a.head_dim_k, hv = a.head_dim_v;
     const uint32_t bs = a.cache->block_size();
     const size_t g = a.cache->group_of_layer(a.layer);
-    const TileLoader<V> load = tile_loader<V>(a.cache->dtype());
+    const bool row_dot = group <= kRowDotMaxGroup;
+    const TileLoader<V> load =
+        row_dot ? tile_loader<V, false>(a.cache->dtype()) : tile_loader<V, true>(a.cache->dtype());
     const uint64_t state_stride = hv + 2;
     const float neg_inf = -std::numeric_limits<float>::infinity();
     const uint32_t ck = chunk_keys<V>(hk, hv);
@@ -266,18 +306,25 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
             const int j1 = static_cast<int>(std::min(pos + 1, c0 + ck) - c0);
             const float* q = a.q + (t * a.n_head + kv_h * group) * hk;
             float* st = sc.state + (t - t0) * group * state_stride;
+            if (row_dot) {
+                if (group == 2)
+                    attend_heads<V, 2, true>(q, st, state_stride, sc, hk, hv, j0, j1, a.scale);
+                else
+                    attend_heads<V, 1, true>(q, st, state_stride, sc, hk, hv, j0, j1, a.scale);
+                continue;
+            }
             for (uint32_t gi = 0; gi < group; gi += 4) {
                 const uint32_t n = std::min<uint32_t>(4, group - gi);
                 const float* qs = q + gi * hk;
                 float* sts = st + gi * state_stride;
                 if (n == 4)
-                    attend_heads<V, 4>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
+                    attend_heads<V, 4, false>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
                 else if (n == 3)
-                    attend_heads<V, 3>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
+                    attend_heads<V, 3, false>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
                 else if (n == 2)
-                    attend_heads<V, 2>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
+                    attend_heads<V, 2, false>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
                 else
-                    attend_heads<V, 1>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
+                    attend_heads<V, 1, false>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
             }
         }
     }

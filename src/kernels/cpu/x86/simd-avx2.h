@@ -193,6 +193,21 @@ struct Avx2 {
         return _mm256_cvtepi32_ps(
             _mm256_cvtepi8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
     }
+    // Lane j = the sum of r[j]'s lanes: pairs of lanes, then pairs of
+    // pairs, then the two 128-bit halves.
+    static F sum_rows(const F r[8]) {
+        __m256 b[4], c[2];
+        for (int i = 0; i < 4; ++i)
+            b[i] = _mm256_add_ps(_mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]),
+                                 _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]));
+        for (int i = 0; i < 2; ++i) {
+            const __m256d x = _mm256_castps_pd(b[2 * i]), y = _mm256_castps_pd(b[2 * i + 1]);
+            c[i] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(x, y)),
+                                 _mm256_castpd_ps(_mm256_unpackhi_pd(x, y)));
+        }
+        return _mm256_add_ps(_mm256_permute2f128_ps(c[0], c[1], 0x20),
+                             _mm256_permute2f128_ps(c[0], c[1], 0x31));
+    }
     static void transpose_square(F r[8]) {
         const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
         const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);

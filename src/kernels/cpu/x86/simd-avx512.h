@@ -177,6 +177,26 @@ struct Avx512 {
         return _mm512_cvtepi32_ps(
             _mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
     }
+    // Lane j = the sum of r[j]'s lanes: pairs of lanes, then pairs of
+    // pairs, then the four 128-bit quarters.
+    static F sum_rows(const F r[16]) {
+        __m512 b[8], c[4];
+        for (int i = 0; i < 8; ++i)
+            b[i] = _mm512_add_ps(_mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]),
+                                 _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]));
+        for (int i = 0; i < 4; ++i) {
+            const __m512d x = _mm512_castps_pd(b[2 * i]), y = _mm512_castps_pd(b[2 * i + 1]);
+            c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                                 _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+        }
+        // c[i]'s quarter k: rows 4i..4i+3 summed over quarter k of each.
+        const __m512 e0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
+                                        _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+        const __m512 e1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88),
+                                        _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
+        return _mm512_add_ps(_mm512_shuffle_f32x4(e0, e1, 0x88),
+                             _mm512_shuffle_f32x4(e0, e1, 0xDD));
+    }
     // In-place transpose of a 16 x 16 matrix of f32 (r[i] = row i).
     static void transpose_square(F r[16]) {
         __m512 t[16];

@@ -1,11 +1,14 @@
 // headroom bench: prompt processing and generation speed of one sequence
-// through the runner, as llama-bench measures them, next to the machine's
-// read bandwidth (measured here) so decode can be judged against the wall it
-// runs into. Subcommands (bench serve) are registered under it.
+// through the runner, next to the machine's read bandwidth (measured here) so
+// decode can be judged against the wall it runs into. Subcommands (bench
+// serve) are registered under it.
 //
 // One repetition: a fresh sequence prefills -p random tokens (batches of up to
 // --max-num-batched-tokens), then decodes -n tokens one at a time, each the
 // argmax of the previous step's logits. Nothing is allocated inside the loop.
+// So -p 512 -n 128 gives llama-bench's pp512 and its tg128 at depth 512
+// (-d 512); -p 0 -n 128 gives llama-bench's default tg128, from an empty
+// context.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -271,7 +274,9 @@ void add_bench_command(CLI::App& app) {
     add_engine_flags(cmd, o->engine, 1);
     cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens per repetition")
         ->capture_default_str();
-    cmd->add_option("-n,--n-gen", o->n_gen, "Generated tokens per repetition")
+    cmd->add_option("-n,--n-gen", o->n_gen,
+                    "Generated tokens per repetition, after the prompt (-p 0: from an empty "
+                    "context)")
         ->capture_default_str();
     cmd->add_option("-r,--repetitions", o->reps, "Repetitions (mean ± sd)")->capture_default_str();
     cmd->add_flag("--json", o->json, "Print JSON instead of a table");

@@ -117,9 +117,9 @@ uint64_t thread_scratch_bytes(uint64_t max_in, uint64_t max_head, uint64_t group
     // 40 x 16 bytes, or 2 superblocks of at most 324 x 16 bytes), and for
     // F32 precision that chunk dequantized (256 columns x 16 rows of f32).
     const uint64_t panel = 32 * 1024;
-    // x86 attention (kLanes <= 16): a chunk's K transposed and V rows (at
-    // most kChunkFloats each, or one tile of 16 keys of wider heads), and per
-    // query of a window m, l and the accumulator.
+    // x86 attention (kLanes <= 16): a chunk's K (transposed or not) and V
+    // rows (at most kChunkFloats each, or one tile of 16 keys of wider heads),
+    // and per query of a window m, l and the accumulator.
     const uint64_t chunk = std::max<uint64_t>(x86::kChunkFloats, 16 * max_head);
     const uint64_t attn = (2 * chunk + x86::kQueryWindow * group * (max_head + 2)) * 4;
     return (std::max({ref, panel, attn}) + 63) / 64 * 64;

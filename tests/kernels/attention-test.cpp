@@ -118,7 +118,9 @@ const Shape kShapes[] = {
     {4, 4, 32, 4, 0},    // MHA, small blocks: tiles cross blocks
     {6, 1, 64, 32, 37},  // MQA, a sliding window shorter than the context
     {4, 2, 128, 16, 0},  // wider heads
-    {4, 1, 256, 8, 29},  // heads as wide as Gemma 3's: one tile per softmax step
+    {4, 1, 256, 8, 29},  // heads as wide as Gemma 3's: one or two tiles per softmax step
+    {4, 2, 256, 8, 29},  // two query heads per KV head (row dot products), a window
+    {2, 2, 96, 16, 37},  // MHA (row dot products), a window, chunks of 32 or 40 keys
 };
 
 TEST_P(Attention, MatchesTheReferenceAndIsBatchInvariant) {
@@ -162,7 +164,7 @@ TEST_P(Attention, MatchesTheReferenceAndIsBatchInvariant) {
 INSTANTIATE_TEST_SUITE_P(Kv, Attention,
                          ::testing::Combine(::testing::Values(KvDtype::F16, KvDtype::Q8_0,
                                                               KvDtype::BF16, KvDtype::F32),
-                                            ::testing::Range(0, 5)),
+                                            ::testing::Range(0, 7)),
                          [](const auto& info) {
                              return std::string(name(std::get<0>(info.param))) + "_shape" +
                                     std::to_string(std::get<1>(info.param));

@@ -5,12 +5,14 @@
 // (chunk_keys(); chunk i covers [i * ck, (i + 1) * ck), whatever the KV block
 // size), each loaded as tiles of kLanes keys. A work item is one KV head and
 // a window of up to kQueryWindow batch tokens; the tokens of one sequence in
-// the window ("a run") share each chunk: its K rows are converted to f32 and
-// transposed once (Kt: head_dim x kLanes per tile), its V rows converted
-// once, then every query of the run (tokens x the KV head's query heads)
-// takes it, one softmax step per chunk:
-//   s = scale * q . Kt            (per tile, lanes = keys; keys outside the
-//                                  query's valid [first, pos] set to -inf)
+// the window ("a run") share each chunk: its K rows are converted to f32 once
+// (and transposed, Kt: head_dim x kLanes per tile, unless the model has at
+// most kRowDotMaxGroup query heads per KV head), its V rows converted once,
+// then every query of the run (tokens x the KV head's query heads) takes it,
+// one softmax step per chunk:
+//   s = scale * q . Kt            (per tile, lanes = keys, or row dot
+//                                  products summed across lanes; keys outside
+//                                  the query's valid [first, pos] set to -inf)
 //   m' = max(m, max(s));  c = e^(m - m');  p = e^(s - m') (0 outside)
 //   l = l * c + sum(p);   acc = acc * c + sum_j p_j * v_j   (j in order)
 // out = acc / l. A query's operations depend only on its own position, window
@@ -36,7 +38,7 @@ namespace headroom::kernels::x86 {
 // covers it for kLanes <= 16).
 template <class V>
 struct AttnScratch {
-    float* kt;     // per tile of the chunk: (head_dim_k, kLanes)
+    float* kt;     // per tile of the chunk: (head_dim_k, kLanes), or rows (kLanes, head_dim_k)
     float* v;      // (chunk keys, head_dim_v)
     float* state;  // per query: m, l, acc (head_dim_v)
 };
@@ -121,6 +123,7 @@ inline constexpr uint32_t kRowDotMaxGroup = 2;
 template <class V>
 uint32_t chunk_keys(uint32_t hk, uint32_t hv) {
     constexpr uint32_t L = V::kLanes;
+    static_assert(kMaxChunkKeys % L == 0);
     const uint32_t by_size = kChunkFloats / std::max(hk, hv) / L * L;
     return std::clamp<uint32_t>(by_size, L, kMaxChunkKeys);
 }
@@ -128,9 +131,10 @@ uint32_t chunk_keys(uint32_t hk, uint32_t hv) {
 // QB query heads of one token (consecutive heads: q rows hk apart, states
 // stride apart) against the current chunk of keys, keys [j0, j1) of it
 // valid: the steps of the file comment, interleaved across the heads for
-// instruction-level parallelism. kRowDot: the chunk's K is in rows (see
-// kRowDotMaxGroup). Each head's operations and their order are a single
-// head's, and a token's heads are always grouped the same way.
+// instruction-level parallelism (kRowDot: the chunk's K is in rows, see
+// kRowDotMaxGroup, and each head's scores take their own 16 chains). Each
+// head's operations and their order are a single head's, and a token's heads
+// are always grouped the same way.
 template <class V, int QB, bool kRowDot>
 __attribute__((noinline)) void attend_heads(const float* q, float* st, uint64_t stride,
                                             const AttnScratch<V>& sc, uint32_t hk, uint32_t hv,
@@ -196,7 +200,7 @@ __attribute__((noinline)) void attend_heads(const float* q, float* st, uint64_t 
     // acc = acc * c + sum_j p_j v_j, DB vectors of each head at a time: QB x
     // DB independent chains of multiply-adds, each in the order of j. Three
     // or more heads are enough chains by themselves (more measured slower).
-    constexpr int DB = QB >= 3 ? 1 : (L == 16 ? 16 : 8) / QB;
+    constexpr int DB = QB >= 3 ? 1 : L / QB;
     for (uint32_t d0 = 0; d0 < hv; d0 += DB * L) {
         const int nd = static_cast<int>(std::min<uint32_t>(DB, (hv - d0) / L));
         F o[QB][DB];
@@ -307,6 +311,7 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
             const float* q = a.q + (t * a.n_head + kv_h * group) * hk;
             float* st = sc.state + (t - t0) * group * state_stride;
             if (row_dot) {
+                static_assert(kRowDotMaxGroup == 2, "one attend_heads per group size");
                 if (group == 2)
                     attend_heads<V, 2, true>(q, st, state_stride, sc, hk, hv, j0, j1, a.scale);
                 else

@@ -41,6 +41,7 @@ struct AttnScratch {
     float* kt;     // per tile of the chunk: (head_dim_k, kLanes), or rows (kLanes, head_dim_k)
     float* v;      // (chunk keys, head_dim_v)
     float* state;  // per query: m, l, acc (head_dim_v)
+    uint32_t ck;   // keys per chunk: chunk_keys()
 };
 
 // Elements [d0, d0 + kLanes) of a cached K or V row, as f32.
@@ -232,7 +233,7 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
         row_dot ? tile_loader<V, false>(a.cache->dtype()) : tile_loader<V, true>(a.cache->dtype());
     const uint64_t state_stride = hv + 2;
     const float neg_inf = -std::numeric_limits<float>::infinity();
-    const uint32_t ck = chunk_keys<V>(hk, hv);
+    const uint32_t ck = sc.ck;
 
     // Key range any query of the run sees.
     uint32_t lo_pos = UINT32_MAX, hi_pos = 0;
@@ -353,9 +354,9 @@ void attention(const AttentionArgs& a, const Context& ctx) {
         auto* base = reinterpret_cast<float*>(ctx.thread_scratch(thread));
         AttnScratch<V> sc;
         sc.kt = base;
-        const uint32_t ck = chunk_keys<V>(a.head_dim_k, a.head_dim_v);
-        sc.v = sc.kt + ck * a.head_dim_k;
-        sc.state = sc.v + ck * a.head_dim_v;
+        sc.ck = chunk_keys<V>(a.head_dim_k, a.head_dim_v);
+        sc.v = sc.kt + sc.ck * a.head_dim_k;
+        sc.state = sc.v + sc.ck * a.head_dim_v;
         for (;;) {
             const int64_t item = next.fetch_add(1, std::memory_order_relaxed);
             if (item >= n_items) break;

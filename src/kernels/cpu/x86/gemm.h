@@ -298,6 +298,35 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
                 }
             }
             finish_q6<V, NR, kI16>(S, Sl, d, tok, blk, acc);
+        } else if constexpr ((T == TensorType::Q4_0 || T == TensorType::Q4_1) && !kI16 &&
+                             V::kExactU8Dot) {
+            // The high nibbles multiply in place, as 16 x level: one mask
+            // instead of a shift and a mask per vector. Their sums, multiples
+            // of 16, are divided once per block, exactly (|16 x sum| < 2^20).
+            using R = Read32<V, T>;
+            I x[4], lo[NR], hi[NR];
+            F dw, mw;
+            R::nibbles(src, blk, x, dw, mw);
+            const I low4 = V::set1_8(0x0F), high4 = V::set1_8(static_cast<int8_t>(0xF0));
+            for (int t = 0; t < NR; ++t) {
+                lo[t] = R::kMin ? V::zero() : V::bcast32(tok[t].sums + 4 * blk);
+                hi[t] = V::zero();
+            }
+            for (int j = 0; j < 4; ++j) {
+                const I wl = V::and_(x[j], low4), wh = V::and_(x[j], high4);
+                for (int t = 0; t < NR; ++t) {
+                    const uint8_t* a = tok[t].qs + 32 * blk + 4 * j;
+                    lo[t] = V::dot_u8s8(lo[t], wl, V::bcast32(a));
+                    hi[t] = V::dot_u8s8(hi[t], wh, V::bcast32(a + 16));
+                }
+            }
+            for (int t = 0; t < NR; ++t) {
+                const I isum = V::add(lo[t], V::template sra<4>(hi[t]));
+                acc[t] = V::fma(V::cvt(isum), V::fmul(dw, V::fbcast(tok[t].d + blk)), acc[t]);
+                if constexpr (R::kMin)
+                    acc[t] = V::fma(
+                        mw, V::fbcast(reinterpret_cast<const float*>(tok[t].sums) + blk), acc[t]);
+            }
         } else {
             using R = Read32<V, T>;
             constexpr bool kSigned = T == TensorType::Q8_0 && !V::kQ8Unsigned;

@@ -285,6 +285,14 @@ struct Read32 {
     static constexpr bool kMin = T == TensorType::Q4_1 || T == TensorType::Q5_1;
     static constexpr bool kFive = T == TensorType::Q5_0 || T == TensorType::Q5_1;
 
+    // Q4_0 / Q4_1: the packed nibble bytes, unsplit.
+    template <class Src>
+    HR_KERNEL_INLINE static void nibbles(const Src& src, int64_t b, I x[4], F& d, F& m) {
+        src.dw4(b, kMin ? 4 : 2, x);
+        d = src.half(b, 0);
+        if constexpr (kMin) m = src.half(b, 2);
+    }
+
     template <class Src>
     HR_KERNEL_INLINE static void read(const Src& src, int64_t b, I w[8], F& d, F& m) {
         if constexpr (T == TensorType::Q8_0) {

@@ -285,10 +285,10 @@ struct Read32 {
     static constexpr bool kMin = T == TensorType::Q4_1 || T == TensorType::Q5_1;
     static constexpr bool kFive = T == TensorType::Q5_0 || T == TensorType::Q5_1;
 
-    // Q4_0 / Q4_1: the packed nibble bytes, unsplit.
+    // The 4-bit types: the nibble bytes (qs), unsplit, and the scale and min.
     template <class Src>
     HR_KERNEL_INLINE static void nibbles(const Src& src, int64_t b, I x[4], F& d, F& m) {
-        src.dw4(b, kMin ? 4 : 2, x);
+        src.dw4(b, (kMin ? 4 : 2) + (kFive ? 4 : 0), x);
         d = src.half(b, 0);
         if constexpr (kMin) m = src.half(b, 2);
     }
@@ -305,7 +305,7 @@ struct Read32 {
         }
         const I low4 = V::set1_8(0x0F);
         I x[4];
-        src.dw4(b, (kMin ? 4 : 2) + (kFive ? 4 : 0), x);
+        nibbles(src, b, x, d, m);
         for (int j = 0; j < 4; ++j) {
             w[j] = V::and_(x[j], low4);
             w[j + 4] = V::and_(V::template srl16<4>(x[j]), low4);
@@ -320,8 +320,6 @@ struct Read32 {
                                                 V::and_(V::srlv(qh, V::set1(16 + 4 * j)), nib)));
             }
         }
-        d = src.half(b, 0);
-        if constexpr (kMin) m = src.half(b, 2);
     }
 };
 

@@ -233,6 +233,52 @@ INSTANTIATE_TEST_SUITE_P(Types, FloatMatmul,
                          ::testing::Values(TensorType::F32, TensorType::F16, TensorType::BF16),
                          [](const auto& info) { return std::string(name(info.param)); });
 
+// One call for a layer's Q, K and V (three row counts, partial row groups,
+// the threads' shares crossing from one matrix into the next), as stored and
+// repacked: each output is its own matrix's spec.
+TEST(Matmul, SeveralMatricesInOneCallEachMatchTheirSpec) {
+    const int64_t n_cols = 320;
+    const int64_t rows[3] = {37, 8, 21};
+    for (const TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K}) {
+        const int64_t n_in = is_k_type(type) ? 512 : n_cols;
+        std::vector<Weights> ws;
+        for (int i = 0; i < 3; ++i) ws.push_back(random_weights(type, rows[i], n_in, 50 + i));
+        for (const int64_t n_tokens : {int64_t{1}, int64_t{20}}) {
+            const auto x = random_acts(n_tokens, n_in, 60);
+            std::vector<float> spec[3];
+            for (int i = 0; i < 3; ++i) {
+                spec[i].resize(static_cast<size_t>(n_tokens * rows[i]));
+                ref::matmul_int(ws[i].m, x.data(), n_tokens, ActPrecision::Int8, spec[i].data());
+            }
+            TestContext tc(3, static_cast<uint64_t>(n_in), n_tokens);
+            std::vector<uint8_t> stores[3];
+            for (const Ops* ops : fast_backends()) {
+                for (const bool packed : {false, true}) {
+                    SCOPED_TRACE(std::string(name(type)) + " " + ops->name +
+                                 (packed ? " repacked, " : " as stored, ") +
+                                 std::to_string(n_tokens) + " tokens");
+                    Matrix m[3];
+                    const Matrix* mp[3];
+                    std::vector<float> y[3];
+                    float* yp[3];
+                    for (int i = 0; i < 3; ++i) {
+                        m[i] = packed ? repacked(*ops, ws[i].m, stores[i], tc.ctx()) : ws[i].m;
+                        mp[i] = &m[i];
+                        y[i].assign(spec[i].size(), -1.0f);
+                        yp[i] = y[i].data();
+                    }
+                    const Acts a = ops->prepare(x.data(), n_tokens, n_in, type, tc.ctx());
+                    ops->matmul_n(mp, yp, 3, a, tc.ctx());
+                    for (int i = 0; i < 3; ++i)
+                        for (size_t e = 0; e < spec[i].size(); ++e)
+                            ASSERT_TRUE(same_bits(y[i][e], spec[i][e]))
+                                << "matrix " << i << " element " << e;
+                }
+            }
+        }
+    }
+}
+
 TEST(Matmul, TypesWithoutFastKernelsFallBackToTheReference) {
     const int64_t n_rows = 9, n_cols = 256;
     std::vector<uint8_t> bytes(row_bytes(TensorType::Q3_K, n_cols) * n_rows);

@@ -140,6 +140,8 @@ struct Ops {
     void (*gelu_mul)(float* gate, const float* up, int64_t n, const Context& ctx);
     // x += y, n elements.
     void (*add)(float* x, const float* y, int64_t n, const Context& ctx);
+    // As kernels::store_row (a K or V row into the cache), on the calling thread.
+    void (*store_row)(const float* x, int64_t n, KvDtype dtype, uint8_t* dst);
 
     // Bytes of w's repacked copy in this backend's layout, or 0 if it reads
     // w as stored. The copy replaces the stored weights in memory, and is

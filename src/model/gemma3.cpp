@@ -82,7 +82,7 @@ class Gemma3Model final : public Model {
                         buf.ctx);
             ops.rope(buf.q, T, batch.positions.data(), rope_q, buf.ctx);
             ops.rope(buf.k, T, batch.positions.data(), rope_k, buf.ctx);
-            write_kv(batch, cache, il, buf.k, buf.v);
+            write_kv(batch, cache, il, buf.k, buf.v, ops);
             attn.layer = il;
             attn.window = local ? h.sliding_window : 0;
             ops.attention(attn, buf.ctx);

@@ -92,7 +92,7 @@ class LlamaModel final : public Model {
             }
             ops.rope(buf.q, T, batch.positions.data(), rope_q, buf.ctx);
             ops.rope(buf.k, T, batch.positions.data(), rope_k, buf.ctx);
-            write_kv(batch, cache, il, buf.k, buf.v);
+            write_kv(batch, cache, il, buf.k, buf.v, ops);
             attn.layer = il;
             ops.attention(attn, buf.ctx);
             project(buf.attn, T, attn_dim, {&l.wo}, {buf.xb}, ops, buf.ctx);

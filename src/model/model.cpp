@@ -123,14 +123,14 @@ void Model::embed(const Batch& batch, float* x, float scale) const {
 }
 
 void Model::write_kv(const Batch& batch, const KvCache& cache, uint32_t layer, const float* k,
-                     const float* v) const {
+                     const float* v, const kernels::Ops& ops) const {
     for (size_t t = 0; t < batch.n_tokens(); ++t) {
         const SeqKv& seq = *batch.seqs[batch.seq_of_token[t]];
         for (uint32_t h = 0; h < hp_.n_head_kv; ++h) {
-            kernels::store_row(k + (t * hp_.n_head_kv + h) * hp_.head_dim_k, hp_.head_dim_k,
-                               cache.dtype(), cache.k_row(seq, layer, h, batch.positions[t]));
-            kernels::store_row(v + (t * hp_.n_head_kv + h) * hp_.head_dim_v, hp_.head_dim_v,
-                               cache.dtype(), cache.v_row(seq, layer, h, batch.positions[t]));
+            ops.store_row(k + (t * hp_.n_head_kv + h) * hp_.head_dim_k, hp_.head_dim_k,
+                          cache.dtype(), cache.k_row(seq, layer, h, batch.positions[t]));
+            ops.store_row(v + (t * hp_.n_head_kv + h) * hp_.head_dim_v, hp_.head_dim_v,
+                          cache.dtype(), cache.v_row(seq, layer, h, batch.positions[t]));
         }
     }
 }

@@ -95,7 +95,7 @@ class Model {
     // Shared pieces of the forward passes.
     void embed(const Batch& batch, float* x, float scale) const;
     void write_kv(const Batch& batch, const KvCache& cache, uint32_t layer, const float* k,
-                  const float* v) const;
+                  const float* v, const kernels::Ops& ops) const;
     // ys[i] = x @ ws[i]^T for matrices (at most 4) of the same input width:
     // activations are prepared once per weight type and matrices of one type
     // run as one piece of work (ops.matmul_n).

@@ -89,5 +89,87 @@ TEST(Elementwise, AddAndRopeAreExact) {
     }
 }
 
+// A decode step's calls: one token at a time, the arguments changing between
+// calls as a model's layers change them (another base, position scaling,
+// frequency factors, fewer rotated dims) and the position moving on. Each
+// call rotates exactly as the reference does, whatever the one before it.
+TEST(Elementwise, RopeOfOneTokenFollowsEveryChangeOfArguments) {
+    TestContext tc(2, 64, 1);
+    const uint32_t n_head = 4, head_dim = 64;
+    std::vector<float> factors(32);
+    for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.5f * static_cast<float>(i);
+    const RopeArgs plain{n_head, head_dim, 64, 10000.0f, 1.0f, nullptr, RopeMode::Normal};
+    std::vector<std::pair<uint32_t, RopeArgs>> calls;
+    auto with = [&](uint32_t pos, auto change) {
+        RopeArgs a = plain;
+        change(a);
+        calls.emplace_back(pos, a);
+    };
+    const auto same = [](RopeArgs&) {};
+    with(7, same);
+    with(7, same);
+    with(7, [](RopeArgs& a) { a.base = 1e6f; });
+    with(7, [&](RopeArgs& a) { a.freq_factors = factors.data(); });
+    with(7, same);
+    with(7, [](RopeArgs& a) { a.position_scale = 0.25f; });
+    with(7, [](RopeArgs& a) { a.n_rot = 32; });
+    with(7, [](RopeArgs& a) { a.mode = RopeMode::NeoX; });
+    with(8, same);
+    with(3000, [&](RopeArgs& a) { a.freq_factors = factors.data(); });
+    with(3000, [&](RopeArgs& a) { a.freq_factors = factors.data(); });
+    with(3000, same);
+    const auto q = random_acts(1, n_head * head_dim, 8);
+    for (const Ops* ops : fast_backends()) {
+        for (size_t c = 0; c < calls.size(); ++c) {
+            SCOPED_TRACE(std::string(ops->name) + " call " + std::to_string(c));
+            const auto& [pos, a] = calls[c];
+            std::vector<float> want = q, got = q;
+            rope(want.data(), 1, &pos, a);
+            ops->rope(got.data(), 1, &pos, a, tc.ctx());
+            for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
+        }
+    }
+}
+
+// K and V rows into the cache: the bytes the reference writes, for every
+// cache type, on rows that hold what rounds to half subnormals, to infinity,
+// exact ties, zeros of both signs, infinities and a NaN.
+TEST(Elementwise, StoreRowWritesTheReferenceBytes) {
+    for (const int64_t n : {int64_t{64}, int64_t{128}, int64_t{40}}) {
+        std::vector<float> x = random_acts(1, n, 21);
+        const float special[] = {0.0f,
+                                 -0.0f,
+                                 6e-8f,
+                                 -3e-6f,
+                                 1e-5f,
+                                 65504.0f,
+                                 65520.0f,
+                                 -70000.0f,
+                                 1.0f + 1.0f / 2048,
+                                 1e30f,
+                                 INFINITY,
+                                 -INFINITY,
+                                 NAN,
+                                 2.9802322e-8f,
+                                 5.9604645e-8f,
+                                 1.0f + 3.0f / 2048};
+        for (size_t i = 0; i < std::size(special); ++i) x[(i * 5) % n] = special[i];
+        for (int64_t i = 16; i < n; i += 7) x[i] *= 1e-4f;
+        for (const KvDtype dtype : {KvDtype::F16, KvDtype::BF16, KvDtype::F32, KvDtype::Q8_0}) {
+            if (dtype == KvDtype::Q8_0 && n % 32 != 0) continue;
+            const size_t bytes = row_bytes(tensor_type(dtype), static_cast<uint64_t>(n));
+            std::vector<uint8_t> want(bytes, 0xEE);
+            store_row(x.data(), n, dtype, want.data());
+            for (const Ops* ops : fast_backends()) {
+                SCOPED_TRACE(std::string(ops->name) + ", " + std::to_string(n) + " elements, " +
+                             std::string(name(tensor_type(dtype))));
+                std::vector<uint8_t> got(bytes, 0x11);
+                ops->store_row(x.data(), n, dtype, got.data());
+                ASSERT_EQ(got, want);
+            }
+        }
+    }
+}
+
 }  // namespace
 }  // namespace headroom::kernels

@@ -119,9 +119,10 @@ void ref_repack(const Matrix&, uint8_t*, const Context&) {}
 }  // namespace
 
 const Ops& ref_ops() {
-    static const Ops kOps = {"ref",         ref_prepare, ref_matmul,       ref_matmul_n,
-                             ref_attention, ref_rmsnorm, ref_rope,         ref_silu_mul,
-                             ref_gelu_mul,  ref_add,     ref_packed_bytes, ref_repack};
+    static const Ops kOps = {"ref",         ref_prepare, ref_matmul, ref_matmul_n,
+                             ref_attention, ref_rmsnorm, ref_rope,   ref_silu_mul,
+                             ref_gelu_mul,  ref_add,     store_row,  ref_packed_bytes,
+                             ref_repack};
     return kOps;
 }
 

@@ -15,9 +15,9 @@ namespace headroom::kernels::x86 {
 template <class V>
 struct Backend {
     static const Ops& ops() {
-        static const Ops kOps = {V::kName,    prepare<V>, matmul,          matmul_n,
-                                 attend,      rmsnorm<V>, rope<V>,         silu_mul<V>,
-                                 gelu_mul<V>, add<V>,     packed_bytes<V>, repack<V>};
+        static const Ops kOps = {V::kName,     prepare<V>,      matmul,      matmul_n,    attend,
+                                 rmsnorm<V>,   rope<V>,         silu_mul<V>, gelu_mul<V>, add<V>,
+                                 store_row<V>, packed_bytes<V>, repack<V>};
         return kOps;
     }
 

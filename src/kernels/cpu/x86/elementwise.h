@@ -129,22 +129,61 @@ void add(float* x, const float* y, int64_t n, const Context& ctx) {
     });
 }
 
-// As kernels::rope, with each token's angles computed once for all heads and
-// the tokens spread over the pool.
+// As kernels::store_row; f16 rows a vector at a time (the same rounding).
+template <class V>
+void store_row(const float* x, int64_t n, KvDtype dtype, uint8_t* dst) {
+    constexpr int L = V::kLanes;
+    if (dtype != KvDtype::F16 || n % L != 0) return kernels::store_row(x, n, dtype, dst);
+    for (int64_t i = 0; i < n; i += L) V::store_f16(dst + 2 * i, V::fload(x + i));
+}
+
+// One position's rotation angles (cos, sin of each of n_rot / 2 pairs).
+struct RopeAngles {
+    uint32_t position = 0;
+    float base = 0.0f;
+    float position_scale = 0.0f;
+    uint32_t n_rot = 0;      // 0: none kept
+    float cs[512], sn[512];  // n_rot / 2 <= 512 (head_dim <= 1024)
+
+    bool holds(uint32_t pos, const RopeArgs& a) const {
+        return n_rot == a.n_rot && position == pos && base == a.base &&
+               position_scale == a.position_scale && !a.freq_factors;
+    }
+    void compute(uint32_t pos, const RopeArgs& a) {
+        const double p = static_cast<double>(pos) * a.position_scale;
+        for (uint32_t i = 0; i < a.n_rot / 2; ++i) {
+            double theta = p * std::pow(static_cast<double>(a.base), -2.0 * i / a.n_rot);
+            if (a.freq_factors) theta /= a.freq_factors[i];
+            cs[i] = static_cast<float>(std::cos(theta));
+            sn[i] = static_cast<float>(std::sin(theta));
+        }
+        position = pos;
+        base = a.base;
+        position_scale = a.position_scale;
+        n_rot = a.freq_factors ? 0 : a.n_rot;  // scaled angles are not kept
+    }
+};
+
+// The angles a thread computed last. A decode step rotates q and k of every
+// layer at one position: 2 x n_layer calls share one computation, which
+// costs more (pow, cos, sin per pair) than rotating all the heads. Angles
+// scaled by freq_factors (a model's tensor, which can change under the
+// same address) are not kept.
+inline thread_local RopeAngles t_rope_angles;
+
+// As kernels::rope, with each token's angles computed once for all heads
+// (and kept for the next call at the same position), the tokens spread over
+// the pool.
 template <class V>
 void rope(float* x, int64_t n_tokens, const uint32_t* positions, const RopeArgs& a,
           const Context& ctx) {
     const uint32_t half = a.n_rot / 2;
     for_range(n_tokens, n_tokens * a.n_head * a.head_dim, 1, ctx, [&](int64_t t0, int64_t t1) {
-        float cs[512], sn[512];  // half <= 512 (head_dim <= 1024)
+        RopeAngles& angles = t_rope_angles;
+        const float* cs = angles.cs;
+        const float* sn = angles.sn;
         for (int64_t t = t0; t < t1; ++t) {
-            const double pos = static_cast<double>(positions[t]) * a.position_scale;
-            for (uint32_t i = 0; i < half; ++i) {
-                double theta = pos * std::pow(static_cast<double>(a.base), -2.0 * i / a.n_rot);
-                if (a.freq_factors) theta /= a.freq_factors[i];
-                cs[i] = static_cast<float>(std::cos(theta));
-                sn[i] = static_cast<float>(std::sin(theta));
-            }
+            if (!angles.holds(positions[t], a)) angles.compute(positions[t], a);
             for (uint32_t h = 0; h < a.n_head; ++h) {
                 float* v = x + (t * a.n_head + h) * a.head_dim;
                 if (a.mode == RopeMode::Normal) {

@@ -123,6 +123,10 @@ struct Avx2 {
     static F load_f16(const void* p) {
         return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
     }
+    static void store_f16(void* p, F a) {
+        _mm_storeu_si128(static_cast<__m128i*>(p),
+                         _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
     static F load_bf16(const void* p) {
         const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p)));
         return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));

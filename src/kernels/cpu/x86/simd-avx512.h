@@ -106,6 +106,11 @@ struct Avx512 {
     static F load_f16(const void* p) {
         return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
     }
+    // Lanes rounded to halves (to nearest, ties to even), stored at p.
+    static void store_f16(void* p, F a) {
+        _mm256_storeu_si256(static_cast<__m256i*>(p),
+                            _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
     static F load_bf16(const void* p) {
         const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
         return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));

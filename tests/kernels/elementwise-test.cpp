@@ -131,6 +131,25 @@ TEST(Elementwise, RopeOfOneTokenFollowsEveryChangeOfArguments) {
     }
 }
 
+// Heads wider than any known model's (a file may say anything): rotated as
+// the reference does, never past the end of a buffer.
+TEST(Elementwise, RopeOfVeryWideHeadsMatchesTheReference) {
+    TestContext tc(2, 64, 1);
+    for (const uint32_t head_dim : {1024u, 1040u, 4096u}) {
+        const std::vector<uint32_t> pos = {3, 9000};
+        const auto q = random_acts(2, 2 * head_dim, 4);
+        const RopeArgs a{2, head_dim, head_dim, 10000.0f, 1.0f, nullptr, RopeMode::NeoX};
+        std::vector<float> want = q;
+        rope(want.data(), 2, pos.data(), a);
+        for (const Ops* ops : fast_backends()) {
+            SCOPED_TRACE(std::string(ops->name) + ", head_dim " + std::to_string(head_dim));
+            std::vector<float> got = q;
+            ops->rope(got.data(), 2, pos.data(), a, tc.ctx());
+            for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
+        }
+    }
+}
+
 // K and V rows into the cache: the bytes the reference writes, for every
 // cache type, on rows that hold what rounds to half subnormals, to infinity,
 // exact ties, zeros of both signs, infinities and a NaN.

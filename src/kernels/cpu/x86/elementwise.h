@@ -142,8 +142,9 @@ struct RopeAngles {
     uint32_t position = 0;
     float base = 0.0f;
     float position_scale = 0.0f;
-    uint32_t n_rot = 0;      // 0: none kept
-    float cs[512], sn[512];  // n_rot / 2 <= 512 (head_dim <= 1024)
+    uint32_t n_rot = 0;                         // 0: none kept
+    static constexpr uint32_t kMaxPairs = 512;  // rope() leaves wider rotations to the reference
+    float cs[kMaxPairs], sn[kMaxPairs];
 
     bool holds(uint32_t pos, const RopeArgs& a) const {
         return n_rot == a.n_rot && position == pos && base == a.base &&
@@ -178,6 +179,7 @@ template <class V>
 void rope(float* x, int64_t n_tokens, const uint32_t* positions, const RopeArgs& a,
           const Context& ctx) {
     const uint32_t half = a.n_rot / 2;
+    if (half > RopeAngles::kMaxPairs) return kernels::rope(x, n_tokens, positions, a);
     for_range(n_tokens, n_tokens * a.n_head * a.head_dim, 1, ctx, [&](int64_t t0, int64_t t1) {
         RopeAngles& angles = t_rope_angles;
         const float* cs = angles.cs;

@@ -178,6 +178,8 @@ uint64_t acts_row_bytes(uint64_t n);
 void rmsnorm(const float* x, const float* w, float weight_offset, float eps, int64_t n_tokens,
              int64_t n, float* out);
 void rope(float* x, int64_t n_tokens, const uint32_t* positions, const RopeArgs& args);
+// The angle rope() turns pair i of a token at `position` by.
+double rope_theta(uint32_t position, uint32_t i, const RopeArgs& args);
 void silu_mul(float* gate, const float* up, int64_t n);
 void gelu_mul(float* gate, const float* up, int64_t n);
 void add(float* x, const float* y, int64_t n);

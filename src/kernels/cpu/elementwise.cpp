@@ -21,15 +21,21 @@ void rmsnorm(const float* x, const float* w, float weight_offset, float eps, int
     }
 }
 
-// Pair (a, b) rotated by theta_i = pos * scale * base^(-2i / n_rot) / factor_i:
-// Normal pairs dims (2i, 2i+1); NeoX pairs (i, i + n_rot / 2).
+// theta_i = pos * scale * base^(-2i / n_rot) / factor_i
+double rope_theta(uint32_t position, uint32_t i, const RopeArgs& a) {
+    const double pos = static_cast<double>(position) * a.position_scale;
+    double theta = pos * std::pow(static_cast<double>(a.base), -2.0 * i / a.n_rot);
+    if (a.freq_factors) theta /= a.freq_factors[i];
+    return theta;
+}
+
+// Pair (a, b) rotated by rope_theta: Normal pairs dims (2i, 2i+1); NeoX
+// pairs (i, i + n_rot / 2).
 void rope(float* x, int64_t n_tokens, const uint32_t* positions, const RopeArgs& a) {
     const uint32_t half = a.n_rot / 2;
     for (int64_t t = 0; t < n_tokens; ++t) {
-        const double pos = static_cast<double>(positions[t]) * a.position_scale;
         for (uint32_t i = 0; i < half; ++i) {
-            double theta = pos * std::pow(static_cast<double>(a.base), -2.0 * i / a.n_rot);
-            if (a.freq_factors) theta /= a.freq_factors[i];
+            const double theta = rope_theta(positions[t], i, a);
             const auto c = static_cast<float>(std::cos(theta));
             const auto s = static_cast<float>(std::sin(theta));
             for (uint32_t h = 0; h < a.n_head; ++h) {

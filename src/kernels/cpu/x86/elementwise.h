@@ -151,10 +151,8 @@ struct RopeAngles {
                position_scale == a.position_scale && !a.freq_factors;
     }
     void compute(uint32_t pos, const RopeArgs& a) {
-        const double p = static_cast<double>(pos) * a.position_scale;
         for (uint32_t i = 0; i < a.n_rot / 2; ++i) {
-            double theta = p * std::pow(static_cast<double>(a.base), -2.0 * i / a.n_rot);
-            if (a.freq_factors) theta /= a.freq_factors[i];
+            const double theta = rope_theta(pos, i, a);
             cs[i] = static_cast<float>(std::cos(theta));
             sn[i] = static_cast<float>(std::sin(theta));
         }

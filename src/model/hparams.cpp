@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
 #include "core/error.h"
 #include "format/gguf-reader.h"
 
@@ -22,6 +26,31 @@ namespace {
 uint32_t to_u32(const gguf::GgufFile& f, const std::string& key, uint64_t v) {
     if (v > 0xFFFFFFFFu) fail("{}: metadata '{}' is {}, expected a 32-bit count", f.path(), key, v);
     return static_cast<uint32_t>(v);
+}
+
+// A float the forward pass divides by, takes powers of or adds under a square
+// root: NaN, infinities and out-of-range values are refused here, by name,
+// instead of turning every logit into NaN.
+float checked_float(const gguf::GgufFile& f, const std::string& key, double v, bool zero_ok) {
+    if (!std::isfinite(v) || v < 0 || (v == 0 && !zero_ok) || v > 3.4e38)
+        fail("{}: metadata '{}' is {}, expected a finite number {} 0", f.path(), key, v,
+             zero_ok ? ">=" : ">");
+    return static_cast<float>(v);
+}
+
+// The highest layer index among the file's "blk.N." tensors, or -1 if none.
+int64_t last_layer_in_tensors(const gguf::GgufFile& f) {
+    int64_t last = -1;
+    for (const auto& t : f.tensors()) {
+        std::string_view n = t.name;
+        if (!n.starts_with("blk.")) continue;
+        n.remove_prefix(4);
+        uint64_t il = 0;
+        const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), il);
+        if (ec != std::errc() || end == n.data() + n.size() || *end != '.') continue;
+        last = std::max(last, static_cast<int64_t>(std::min<uint64_t>(il, INT64_MAX)));
+    }
+    return last;
 }
 
 }  // namespace
@@ -50,6 +79,14 @@ HParams read_hparams(const gguf::GgufFile& f, bool for_inference) {
             "{}: embedding_length, block_count, head_count and head_count_kv must be > 0 "
             "(got {}, {}, {}, {})",
             f.path(), hp.n_embd, hp.n_layer, hp.n_head, hp.n_head_kv);
+    if (hp.n_layer > kMaxLayers)
+        fail("{}: block_count is {}, more than {}: the header is damaged", f.path(), hp.n_layer,
+             kMaxLayers);
+    // A model file holds every layer's tensors; a count past them is a
+    // damaged header (and would size per-layer tables for nothing).
+    if (const int64_t last = last_layer_in_tensors(f); last >= 0 && hp.n_layer > last + 1)
+        fail("{}: block_count is {} but the file's layer tensors stop at blk.{}", f.path(),
+             hp.n_layer, last);
     if (hp.n_head % hp.n_head_kv != 0)
         fail("{}: head_count {} is not a multiple of head_count_kv {}", f.path(), hp.n_head,
              hp.n_head_kv);
@@ -59,14 +96,17 @@ HParams read_hparams(const gguf::GgufFile& f, bool for_inference) {
     if (hp.n_rot > hp.head_dim_k || hp.n_rot % 2 != 0)
         fail("{}: rope.dimension_count {} must be even and at most the head size {}", f.path(),
              hp.n_rot, hp.head_dim_k);
-    if (auto e = f.get_float(a + "attention.layer_norm_rms_epsilon")) hp.rms_eps = float(*e);
-    if (auto b = f.get_float(a + "rope.freq_base")) hp.rope_base = float(*b);
+    auto opt_float = [&](const std::string& key, float dflt, bool zero_ok) {
+        auto v = f.get_float(key);
+        return v ? checked_float(f, key, *v, zero_ok) : dflt;
+    };
+    hp.rms_eps = opt_float(a + "attention.layer_norm_rms_epsilon", hp.rms_eps, true);
+    hp.rope_base = opt_float(a + "rope.freq_base", hp.rope_base, false);
     hp.rope_base_local = hp.rope_base;
     if (auto type = f.get_string(a + "rope.scaling.type"); type && *type == "linear") {
-        if (auto factor = f.get_float(a + "rope.scaling.factor"); factor && *factor > 0)
-            hp.rope_scale = 1.0f / float(*factor);
-    } else if (auto s = f.get_float(a + "rope.scale_linear"); s && *s > 0) {
-        hp.rope_scale = 1.0f / float(*s);
+        hp.rope_scale = 1.0f / opt_float(a + "rope.scaling.factor", 1.0f, false);
+    } else if (f.has(a + "rope.scale_linear")) {
+        hp.rope_scale = 1.0f / opt_float(a + "rope.scale_linear", 1.0f, false);
     }
     hp.n_expert = opt(a + "expert_count", 0);
     hp.n_expert_used = opt(a + "expert_used_count", 0);
@@ -92,10 +132,7 @@ HParams read_hparams(const gguf::GgufFile& f, bool for_inference) {
         if (hp.sliding_window > 0 && pattern > 0)
             for (uint32_t il = 0; il < hp.n_layer; ++il)
                 hp.layer_is_swa[il] = (il + 1) % pattern != 0;
-        if (auto b = f.get_float(a + "rope.freq_base_swa"))
-            hp.rope_base_local = float(*b);
-        else
-            hp.rope_base_local = 10000.0f;
+        hp.rope_base_local = opt_float(a + "rope.freq_base_swa", 10000.0f, false);
     } else if (auto w = f.get_uint(a + "attention.sliding_window"); w && *w > 0) {
         hp.sliding_window = to_u32(f, a + "attention.sliding_window", *w);
         hp.layer_is_swa.assign(hp.n_layer, true);

@@ -52,6 +52,10 @@ struct HParams {
     uint32_t gqa_group() const { return n_head / n_head_kv; }
 };
 
+// More layers than any published model has by an order of magnitude: a count
+// past this is a damaged file, refused before per-layer tables are sized.
+inline constexpr uint32_t kMaxLayers = 4096;
+
 // Architectures headroom can run (llama, qwen2, qwen3, gemma3).
 bool is_supported_arch(const std::string& arch);
 

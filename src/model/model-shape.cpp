@@ -221,6 +221,9 @@ ModelShape shape_from_hf_config(const json& top, const std::string& label) {
     hp.name = c.str("_name_or_path");
     hp.n_embd = c.req("hidden_size");
     hp.n_layer = c.req("num_hidden_layers");
+    if (hp.n_layer > kMaxLayers)
+        fail("{}: 'num_hidden_layers' is {}, more than {}: not a model headroom can plan",
+             c.label(), hp.n_layer, kMaxLayers);
     hp.n_head = c.req("num_attention_heads");
     hp.n_head_kv = c.opt("num_key_value_heads", hp.n_head);
     hp.n_vocab = c.req("vocab_size");

@@ -142,6 +142,35 @@ std::vector<KvGroupPlan> kv_groups_for(const HParams& hp, const EngineConfig& co
     return groups;
 }
 
+namespace {
+
+// Every term is a product of the model's widths and the configuration's
+// counts. Past an exbibyte such a product can wrap around 64 bits and plan a
+// huge configuration as small, so it is refused, with its numbers, before
+// any term is counted. The bound is over-generous on purpose: each width is
+// counted as f32 and as often as any term reads it.
+void refuse_past_an_exbibyte(const ModelDesc& model, const EngineConfig& c) {
+    using F = long double;
+    const HParams& hp = model.hp;
+    const F head = std::max(hp.head_dim_k, hp.head_dim_v);
+    const F kv_per_token = F(hp.n_layer) *
+                           (F(hp.n_head_kv) * head + F(hp.kv_lora_rank) + F(hp.qk_rope_head_dim)) *
+                           2 * 4;
+    const F seq_tokens = F(c.max_num_seqs) * c.max_model_len;
+    const F widths = F(hp.n_embd) + F(hp.n_ff) + (F(hp.n_head) + hp.n_head_kv) * head;
+    const F step = F(c.max_num_batched_tokens) * widths * 16 +
+                   F(std::max(c.max_logit_rows, c.max_num_seqs)) * hp.n_vocab * 4 +
+                   F(hp.n_vocab) * 16 + F(c.n_threads) * (widths * 64 + (1 << 20));
+    const F need = F(model.weight_bytes) + seq_tokens * (kv_per_token + 16) + step;
+    if (need > 0x1p60L)
+        fail(
+            "{} at --max-num-seqs {}, --max-model-len {}, --max-num-batched-tokens {} and "
+            "--threads {} would need more than 1 EiB: lower them",
+            model.source, c.max_num_seqs, c.max_model_len, c.max_num_batched_tokens, c.n_threads);
+}
+
+}  // namespace
+
 MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
                        const BudgetSpec& budget) {
     const HParams& hp = model.hp;
@@ -165,6 +194,7 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
              c.n_cpu_layers, hp.n_layer);
     if (c.n_cpu_layers > 0 && model.layer_weight_bytes.size() != hp.n_layer)
         fail("layers on the CPU: the weights of {} are not known per layer", model.source);
+    refuse_past_an_exbibyte(model, c);
     p.config = c;
     p.budget_spec = budget;
 

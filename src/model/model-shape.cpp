@@ -276,6 +276,17 @@ ModelShape shape_from_hf_config(const json& top, const std::string& label) {
             std::find(s.layer_is_moe.begin(), s.layer_is_moe.end(), false) != s.layer_is_moe.end();
         hp.n_ff = std::max(any_dense ? s.n_ff_dense : 0u, std::max(s.n_ff_expert, s.n_ff_shared));
     }
+    // The byte counts multiply these widths in 64 bits: a config whose
+    // tensors hold more than 2^50 parameters (a thousand times the largest
+    // published model) is damaged, and is refused before it could wrap them.
+    long double n_params = 0;
+    for (const WeightTensor& t : tensor_inventory(s))
+        n_params += static_cast<long double>(t.n_cols) * t.n_rows * t.n_expert;
+    if (n_params > 0x1p50L)
+        fail(
+            "{}: the config describes {:.3g} parameters, more than 2^50: not a model headroom can "
+            "plan",
+            label, static_cast<double>(n_params));
     return s;
 }
 

@@ -205,6 +205,27 @@ TEST(PlannerRefusals, UnknownModelsAndSettingsAreNamed) {
                 ::testing::ThrowsMessage<Error>(HasSubstr("key size 80 is not a multiple")));
 }
 
+// Widths whose products pass 64 bits: refused by their parameter count (hand
+// counted here) instead of planned with wrapped byte counts.
+TEST(PlannerRefusals, ConfigsPastTwoToTheFiftyParametersAreRefused) {
+    nlohmann::json config = {{"model_type", "llama"},    {"hidden_size", 2048},
+                             {"num_hidden_layers", 22},  {"num_attention_heads", 32},
+                             {"num_key_value_heads", 4}, {"intermediate_size", 5632},
+                             {"vocab_size", 32000},      {"max_position_embeddings", 2048}};
+    // TinyLlama 1.1B's shape plans.
+    EXPECT_NO_THROW(shape_from_hf_config(config, "tinyllama"));
+    // 2^32 - 1 wide: the embedding alone has (2^32 - 1) * 32000 = 1.37e14
+    // parameters, and each layer's q, k, v, o and FFN matrices multiply it
+    // again by the head sizes (2^27 - 1 for q): far past 2^50.
+    config["hidden_size"] = 4294967295u;
+    EXPECT_THAT([&] { shape_from_hf_config(config, "wide"); },
+                ::testing::ThrowsMessage<Error>(HasSubstr("more than 2^50")));
+    config["hidden_size"] = 2048;
+    config["num_hidden_layers"] = 4097;
+    EXPECT_THAT([&] { shape_from_hf_config(config, "deep"); },
+                ::testing::ThrowsMessage<Error>(HasSubstr("'num_hidden_layers' is 4097")));
+}
+
 TEST(PlannerBudget, ReserveComesOffBeforeTheFractionAndGpusPayAContext) {
     const PlanModel m = builtin("llama-3-8b", WeightType::Q4_K_M);
     PlanSettings s;

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "core/units.h"
 
 namespace headroom {
@@ -144,6 +145,31 @@ TEST(Terms, RefusalNamesTheNumbersAndEachFix) {
     EXPECT_THAT(p.refusal, HasSubstr("--max-model-len 11648"));
     // q8_0: 12240 × 32768 = 382.5 MiB.
     EXPECT_THAT(p.refusal, HasSubstr("--kv-dtype q8_0 (382 MiB)"));
+}
+
+// Llama 3 8B's KV is 2 x 32 layers x 8 heads x 128 x 2 B = 128 KiB a token.
+// 1,024 sequences of 2^22 tokens need 2^10 x 2^22 x 2^17 = 2^49 B: planned.
+// 2^32 - 1 of each would pass 2^64 B (the sequences' token lists alone wrap
+// to 0), so that configuration is refused, naming its numbers.
+TEST(Terms, ConfigurationsPastAnExbibyteAreRefusedNotWrapped) {
+    ModelDesc m;
+    m.hp = dense(32, 4096, 32, 8, 14336, 128256, 8192);
+    m.weight_bytes = 16ull << 30;
+    m.source = "llama-3-8b";
+    EngineConfig c;
+    c.max_model_len = 1u << 22;
+    c.max_num_seqs = 1024;
+    BudgetSpec b;
+    b.device_bytes = 64ull << 30;
+    const MemoryPlan p = plan_memory(m, c, b);
+    EXPECT_FALSE(p.fits);
+    EXPECT_EQ(p.kv_bytes_per_seq, uint64_t{1} << 39);
+    c.max_model_len = c.max_num_seqs = 4294967295u;
+    EXPECT_THAT([&] { plan_memory(m, c, b); },
+                ::testing::ThrowsMessage<Error>(HasSubstr(
+                    "llama-3-8b at --max-num-seqs 4294967295, --max-model-len 4294967295, "
+                    "--max-num-batched-tokens 4294967295 and --threads 1 would need "
+                    "more than 1 EiB")));
 }
 
 TEST(Terms, BudgetWithoutRoomForWeightsSaysSo) {

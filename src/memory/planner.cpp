@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "core/thread-pool.h"
 #include "format/gguf-reader.h"
 #include "tokenizer/tokenizer.h"
@@ -119,7 +120,7 @@ PlanModel plan_model_from_gguf(const std::string& path) {
         fail(
             "{}: architecture '{}' is not one headroom can plan: its attention layout is unknown "
             "(known: {})",
-            path, hp.arch, names);
+            path, clipped(hp.arch), names);
     }
     // read_hparams marks every layer of a windowed non-Gemma-3 model as
     // sliding; Gemma 2 and gpt-oss alternate, starting with a sliding layer

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "format/gguf-reader.h"
 
 namespace headroom {
@@ -59,9 +60,14 @@ HParams read_hparams(const gguf::GgufFile& f, bool for_inference) {
     HParams hp;
     hp.arch = std::string(f.architecture());
     if (auto n = f.get_string("general.name")) hp.name = std::string(*n);
+    // An architecture is a short identifier, and every key name is built on
+    // it: anything else is a damaged header.
+    if (hp.arch.empty() || hp.arch.size() > 64)
+        fail("{}: general.architecture is '{}', expected a name such as llama", f.path(),
+             clipped(hp.arch));
     if (for_inference && !is_supported_arch(hp.arch))
         fail("{}: architecture '{}' is not supported, expected one of llama, qwen2, qwen3, gemma3",
-             f.path(), hp.arch);
+             f.path(), clipped(hp.arch));
     const std::string a = hp.arch + ".";
     auto req = [&](const std::string& key) { return to_u32(f, key, f.require_uint(key)); };
     auto opt = [&](const std::string& key, uint32_t dflt) {

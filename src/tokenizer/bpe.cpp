@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "format/gguf-reader.h"
 #include "tokenizer/unicode.h"
 
@@ -68,7 +69,7 @@ BpeTokenizer::BpeTokenizer(Vocab vocab, const gguf::GgufFile& file) : Tokenizer(
         const size_t space = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
         if (space == std::string_view::npos || space + 1 == m.size()) {
             fail("{}: {}[{}] is '{}', expected two tokens separated by a space", file.path(),
-                 kMergesKey, i, m);
+                 kMergesKey, i, clipped(m));
         }
         pairs[i] = {m.substr(0, space), m.substr(space + 1)};
     }

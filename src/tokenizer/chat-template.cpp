@@ -6,6 +6,7 @@
 #include <array>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "tokenizer/jinja-parser.h"
 
 namespace headroom {
@@ -172,7 +173,7 @@ ChatTemplate ChatTemplate::from_gguf(const gguf::GgufFile& file) {
         spdlog::warn(
             "{} has no tokenizer.chat_template and architecture '{}' has no built-in one; using "
             "ChatML",
-            file.path(), arch);
+            file.path(), clipped(arch));
     }
     return ChatTemplate(builtin_chat_template(name), std::move(bos), std::move(eos),
                         "built-in " + name);

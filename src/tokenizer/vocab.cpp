@@ -177,7 +177,7 @@ void Vocab::read_type_and_flags(const gguf::GgufFile& file) {
             }
             if (!info) {
                 fail("{}: {} is '{}', a pre-tokenizer headroom does not support (supported: {})",
-                     file.path(), kPreKey, *pre, supported_pre_names());
+                     file.path(), kPreKey, clipped(*pre), supported_pre_names());
             }
         }
         pre_ = info->kind;
@@ -186,7 +186,7 @@ void Vocab::read_type_and_flags(const gguf::GgufFile& file) {
         if (info->no_bos) bos_id_ = -1;
     } else {
         fail("{}: {} is '{}', expected 'llama' (SentencePiece) or 'gpt2' (byte-level BPE)",
-             file.path(), kModelKey, model);
+             file.path(), kModelKey, clipped(model));
     }
     if (auto v = file.get_bool("tokenizer.ggml.add_space_prefix")) add_space_prefix_ = *v;
 }
@@ -269,7 +269,7 @@ void Vocab::read_tokens(const gguf::GgufFile& file) {
         const int32_t other = index_.insert(id, text_of());
         if (other >= 0) {
             fail("{}: {}[{}] '{}' repeats token {}, expected distinct texts", file.path(),
-                 kTokensKey, id, text(id), other);
+                 kTokensKey, id, clipped(text(id)), other);
         }
         if (tokens_[id].attrs & attr::kByte) {
             const std::string_view s = text(id);
@@ -277,7 +277,7 @@ void Vocab::read_tokens(const gguf::GgufFile& file) {
             const int lo = s.size() == 6 ? hex_digit(s[4]) : -1;
             if (!s.starts_with("<0x") || s.back() != '>' || hi < 0 || lo < 0) {
                 fail("{}: {}[{}] '{}' is a byte token, expected the text <0xXX>", file.path(),
-                     kTokensKey, id, s);
+                     kTokensKey, id, clipped(s));
             }
             tokens_[id].byte = static_cast<uint8_t>(hi * 16 + lo);
         }

@@ -117,6 +117,17 @@ for key, values in sweep.items():
     for value in values:
         check(f"{key}-{value}", {key: (value, U32)})
         cases += 1
+# Text fields far longer than any name: the refusal quotes the start and the
+# length, not 100 kB of the file.
+bpe = {"tokenizer.ggml.model": ("gpt2", STR), "tokenizer.ggml.merges": (["a b"], T.ARRAY, STR)}
+for key, others in (("tokenizer.ggml.model", {}), ("tokenizer.ggml.pre", bpe)):
+    path = os.path.join(tmp, "long.gguf")
+    rewrite(path, {**others, key: ("z" * 100000, STR)})
+    rc, lines = headroom(["run", "-m", path, "-p", "hi", "-n", "1"])
+    fail_if(rc != 1 or len(lines) != 1, f"long {key}: exit {rc}, {len(lines)} lines")
+    fail_if(key not in lines[0] or "(100000 bytes)" not in lines[0] or len(lines[0]) > 2000,
+            f"long {key}: {lines[0][:500]}")
+    cases += 1
 # The planner's Hugging Face path: an absurd layer count is refused quickly.
 config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
           "num_hidden_layers": 1 << 30, "num_attention_heads": 32, "num_key_value_heads": 4,

@@ -21,7 +21,7 @@ step() { printf '\n==> %s\n' "$*" >&2; }
 
 # ---- system packages -------------------------------------------------------
 apt_packages=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
-  libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libfmt-dev libspdlog-dev libxxhash-dev
+  libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libfmt-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev python3 python3-venv python3-pip curl)
 missing=()
 for p in "${apt_packages[@]}"; do

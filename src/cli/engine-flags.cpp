@@ -1,5 +1,7 @@
 #include "cli/engine-flags.h"
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "core/thread-pool.h"
 #include "core/units.h"
@@ -46,6 +48,20 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f, uint32_t default_num_seqs) 
                   "blocks");
 }
 
+int thread_count(int requested, const char* flag) {
+    if (requested < 0)
+        fail("{} {}: expected a count of threads (0: one per physical core)", flag, requested);
+    if (requested == 0) return physical_core_count();
+    const int cpus = usable_cpu_count();
+    if (requested > cpus) {
+        fmt::print(stderr,
+                   "warning: {} {} is more than the {} CPUs this process may run on: using {}\n",
+                   flag, requested, cpus, cpus);
+        return cpus;
+    }
+    return requested;
+}
+
 RunnerOptions runner_options(const EngineFlags& f, uint32_t default_num_seqs) {
     RunnerOptions o;
     o.config.max_model_len = f.max_model_len;
@@ -55,7 +71,7 @@ RunnerOptions runner_options(const EngineFlags& f, uint32_t default_num_seqs) {
     const auto dtype = kv_dtype_from_name(f.kv_dtype);
     if (!dtype) fail("--kv-dtype '{}': expected f16, bf16, f32 or q8_0", f.kv_dtype);
     o.config.kv_dtype = *dtype;
-    o.config.n_threads = static_cast<uint32_t>(f.threads > 0 ? f.threads : physical_core_count());
+    o.config.n_threads = static_cast<uint32_t>(thread_count(f.threads, "--threads"));
     o.prefix_caching = f.prefix_caching;
     if (!f.act_precision.empty()) {
         const auto p = kernels::act_precision_from_name(f.act_precision);

@@ -27,6 +27,12 @@ struct EngineFlags {
 // Registers the flags on `cmd`; `default_num_seqs` is shown as the default of --max-num-seqs.
 void add_engine_flags(CLI::App* cmd, EngineFlags& flags, uint32_t default_num_seqs);
 
+// The threads to run with for a --threads value: 0 means one per physical
+// core; more than the CPUs this process may use is cut to that many with a
+// warning (waiting workers spin, so extra threads only take turns); a
+// negative count is an error naming `flag`.
+int thread_count(int requested, const char* flag);
+
 // Resolves flags into runner options (detecting host memory for --mem-fraction).
 // Throws headroom::Error for a bad value, naming the flag.
 RunnerOptions runner_options(const EngineFlags& flags, uint32_t default_num_seqs);

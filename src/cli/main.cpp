@@ -28,7 +28,9 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        // --help and --version print and exit 0; a usage error prints and
+        // exits 2, as getopt-style tools do, not with CLI11's own numbers.
+        return app.exit(e) == 0 ? 0 : 2;
     } catch (const headroom::Error& e) {
         fmt::print(stderr, "error: {}\n", e.what());
         return 1;

@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/engine-flags.h"
 #include "core/error.h"
 #include "core/thread-pool.h"
 #include "format/gguf-reader.h"
@@ -50,7 +51,7 @@ void add_quantize_command(CLI::App& app) {
         if (!o->embedding_type.empty())
             opt.embedding_type = parse_type(o->embedding_type, "--embedding-type");
         if (!o->output_type.empty()) opt.output_type = parse_type(o->output_type, "--output-type");
-        opt.n_threads = o->threads;
+        opt.n_threads = thread_count(o->threads, "quantize --threads");
         opt.progress = !o->quiet;
         const auto in = gguf::GgufFile::open(resolve_model_path(o->in));
         quantize_model(in, o->out, opt);

@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/engine-flags.h"
 #include "core/error.h"
 #include "core/thread-pool.h"
 #include "model/synth.h"
@@ -36,7 +37,7 @@ void add_synth_command(CLI::App& app) {
         if (!type) fail("synth --type: unknown tensor type '{}'", o->type);
         opt.type = *type;
         opt.seed = o->seed;
-        opt.n_threads = o->threads;
+        opt.n_threads = thread_count(o->threads, "synth --threads");
         opt.progress = !o->quiet;
         write_synth_model(find_synth_shape(o->shape), opt, o->out);
     });

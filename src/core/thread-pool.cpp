@@ -2,6 +2,7 @@
 
 #include <sched.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <chrono>
 #include <fstream>
@@ -115,6 +116,16 @@ void ThreadPool::dispatch(Thunk thunk, void* ctx) {
         }
         while (slots_[i].state.load(std::memory_order_acquire) != kIdle) cpu_relax();
     }
+}
+
+int usable_cpu_count() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+        const unsigned n = std::thread::hardware_concurrency();
+        return n ? static_cast<int>(n) : 1;
+    }
+    return std::max(1, CPU_COUNT(&set));
 }
 
 int physical_core_count() {

@@ -77,4 +77,7 @@ class ThreadPool {
 // Physical cores available to this process (hyperthreads counted once).
 int physical_core_count();
 
+// Logical CPUs this process may run on (its affinity mask).
+int usable_cpu_count();
+
 }  // namespace headroom

@@ -1,6 +1,6 @@
 #include "tokenizer/chat-template.h"
 
-#include <spdlog/spdlog.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
@@ -170,10 +170,11 @@ ChatTemplate ChatTemplate::from_gguf(const gguf::GgufFile& file) {
     } else if (arch == "llama" && has_llama3_vocab(file)) {
         name = "llama3";
     } else {
-        spdlog::warn(
-            "{} has no tokenizer.chat_template and architecture '{}' has no built-in one; using "
-            "ChatML",
-            file.path(), clipped(arch));
+        // stderr: stdout carries only generated text.
+        fmt::print(stderr,
+                   "warning: {} has no tokenizer.chat_template and architecture '{}' has no "
+                   "built-in one; using ChatML\n",
+                   file.path(), clipped(arch));
     }
     return ChatTemplate(builtin_chat_template(name), std::move(bos), std::move(eos),
                         "built-in " + name);

@@ -50,4 +50,20 @@ fail_if("KV for 100000 tokens needs" not in lines[0] or "--max-model-len" not in
 
 missing = run()
 fail_if(missing.returncode != 1 or "-p TEXT" not in missing.stderr, missing.stderr)
+
+# A usage error (a flag out of its range, an unknown flag) exits 2 and names the flag.
+for args, flag in ((("-p", "x", "--mem-fraction", "2"), "--mem-fraction"),
+                   (("-p", "x", "--no-such-flag"), "--no-such-flag")):
+    usage = run(*args)
+    fail_if(usage.returncode != 2 or flag not in usage.stderr, f"{args}: {usage.returncode} {usage.stderr}")
+
+# More threads than this process may run on: cut to the CPUs it has, with a
+# warning on stderr; the text, greedy, is the same as with the default threads.
+cpus = len(os.sched_getaffinity(0))
+many = run("-p", "the cat", "-n", "12", "--temp", "0", "--ignore-eos", "--threads", str(cpus + 500))
+fail_if(many.returncode != 0, many.stderr)
+fail_if(f"is more than the {cpus} CPUs" not in many.stderr, many.stderr)
+fail_if(many.stdout != greedy.stdout, f"{many.stdout!r} != {greedy.stdout!r}")
+negative = run("-p", "x", "--threads", "-3")
+fail_if(negative.returncode != 1 or "--threads -3" not in negative.stderr, negative.stderr)
 print("ok")

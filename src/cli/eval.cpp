@@ -13,6 +13,7 @@
 #include "cli/engine-flags.h"
 #include "cli/load-model.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "format/gguf-reader.h"
 #include "model/registry.h"
 
@@ -119,6 +120,8 @@ void add_eval_command(CLI::App& app) {
         double nll = 0;
         uint64_t n_scored = 0;
         const auto start = std::chrono::steady_clock::now();
+        // More than a few forward steps: show how far scoring is.
+        Progress progress("scoring", tokens.size(), tokens.size() > 4 * size_t{step});
         for (size_t w0 = 0; w0 < tokens.size(); w0 += ctx) {
             const size_t w1 = std::min(tokens.size(), w0 + ctx);
             SeqKv seq;
@@ -146,9 +149,13 @@ void add_eval_command(CLI::App& app) {
                     nll += std::log(sum) + mx - row[tokens[i + 1]];
                     ++n_scored;
                 }
+                progress.update(
+                    c1, n_scored ? fmt::format("perplexity {:.4f} so far", std::exp(nll / n_scored))
+                                 : std::string());
             }
             runner.cache().free(seq);
         }
+        progress.finish(fmt::format("{} tokens", tokens.size()));
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (n_scored)

@@ -15,6 +15,7 @@
 #include "cli/engine-flags.h"
 #include "cli/load-model.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/units.h"
 #include "engine/engine.h"
 #include "memory/report.h"
@@ -23,6 +24,9 @@
 namespace headroom::cli {
 
 namespace {
+
+// Prompts this long show a progress line while they are computed.
+constexpr size_t kPromptProgressTokens = 2048;
 
 std::atomic<bool> g_interrupted{false};
 
@@ -80,13 +84,16 @@ SamplingParams sampling_from(const RunOptions& o, uint32_t max_tokens) {
 // Runs one request to completion on this thread, printing text as it comes.
 // Returns the generated text.
 std::string generate(Engine& engine, std::vector<int32_t> prompt, const SamplingParams& params,
-                     GenerationStats& stats) {
+                     GenerationStats& stats, bool quiet) {
     using Clock = std::chrono::steady_clock;
     std::string error;
     GenerateRequest req;
     req.prompt = std::move(prompt);
     req.params = params;
     const auto start = Clock::now();
+    // A long prompt takes seconds before the first token: show how far it is.
+    const bool long_prompt = !quiet && req.prompt.size() >= kPromptProgressTokens;
+    Progress progress("prompt", req.prompt.size(), long_prompt);
     auto r = engine.submit(std::move(req), &error);
     if (!r) fail("{}", error);
     std::string text;
@@ -99,12 +106,16 @@ std::string generate(Engine& engine, std::vector<int32_t> prompt, const Sampling
             cancelled = true;
         }
         engine.step();
+        if (long_prompt && !got_first)
+            progress.update(r->n_prompt_done(), fmt::format("{} of {} tokens", r->n_prompt_done(),
+                                                            r->n_prompt_tokens()));
         TokenEvent ev;
         bool done = false;
         while (r->next(ev, std::chrono::milliseconds(0))) {
             if (ev.token >= 0 && !got_first) {
                 first_token = Clock::now();
                 got_first = true;
+                if (long_prompt) progress.finish(fmt::format("{} tokens", r->n_prompt_tokens()));
             }
             if (!ev.text.empty()) {
                 std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
@@ -211,8 +222,8 @@ void add_run_command(CLI::App& app) {
             auto tokens = lm.tokenizer->encode(o->prompt, true, true);
             GenerationStats stats;
             generate(engine, tokens,
-                     sampling_from(*o, std::max<uint32_t>(1, max_tokens_for(tokens.size()))),
-                     stats);
+                     sampling_from(*o, std::max<uint32_t>(1, max_tokens_for(tokens.size()))), stats,
+                     o->quiet);
             if (!o->quiet) print_stats(stats);
         } else {
             const ChatTemplate tmpl = ChatTemplate::from_gguf(*lm.file);
@@ -239,8 +250,9 @@ void add_run_command(CLI::App& app) {
                 }
                 GenerationStats stats;
                 g_interrupted.store(false);
-                const std::string reply = generate(
-                    engine, tokens, sampling_from(*o, max_tokens_for(tokens.size())), stats);
+                const std::string reply =
+                    generate(engine, tokens, sampling_from(*o, max_tokens_for(tokens.size())),
+                             stats, o->quiet);
                 fmt::print("\n");
                 std::fflush(stdout);
                 if (!o->quiet) print_stats(stats);

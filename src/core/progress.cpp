@@ -7,6 +7,13 @@
 
 namespace headroom {
 
+namespace {
+
+// Work shorter than this shows no progress at all.
+constexpr double kQuietSeconds = 0.5;
+
+}  // namespace
+
 Progress::Progress(std::string label, uint64_t total, bool enabled)
     : label_(std::move(label)),
       total_(total == 0 ? 1 : total),
@@ -19,6 +26,8 @@ void Progress::update(uint64_t done, const std::string& detail) {
     const double frac = std::min(1.0, static_cast<double>(done) / static_cast<double>(total_));
     const auto now = std::chrono::steady_clock::now();
     const double elapsed_s = std::chrono::duration<double>(now - start_).count();
+    if (elapsed_s < kQuietSeconds) return;
+    shown_ = true;
     if (tty_) {
         if (now - last_draw_ < std::chrono::milliseconds(100) && done < total_) return;
         last_draw_ = now;
@@ -40,7 +49,7 @@ void Progress::update(uint64_t done, const std::string& detail) {
 }
 
 void Progress::finish(const std::string& detail) {
-    if (!enabled_) return;
+    if (!enabled_ || !shown_) return;
     const double elapsed_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     if (tty_)

@@ -1,5 +1,6 @@
-// A progress bar on stderr for long work (quantize, synth, model loading).
-// On a terminal it redraws one line; otherwise it prints a line every 10%.
+// A progress bar on stderr for long work (quantize, synth, model loading,
+// long prompts, scoring). On a terminal it redraws one line; otherwise it
+// prints a line every 10%. Work done within half a second shows nothing.
 #pragma once
 
 #include <chrono>
@@ -13,6 +14,7 @@ class Progress {
     Progress(std::string label, uint64_t total, bool enabled = true);
     // Reports `done` of `total` units (bytes, tensors...); `detail` is shown after the bar.
     void update(uint64_t done, const std::string& detail = {});
+    // Prints the closing line if anything was shown.
     void finish(const std::string& detail = {});
 
   private:
@@ -21,6 +23,7 @@ class Progress {
     bool enabled_;
     bool tty_;
     int last_decile_ = -1;
+    bool shown_ = false;  // something was printed: finish() closes it
     std::chrono::steady_clock::time_point start_;
     std::chrono::steady_clock::time_point last_draw_{};
 };

@@ -157,7 +157,9 @@ void Engine::run_step(const SchedulerOutput& out) {
             batch_.add_token(s.seq->tokens[i], i, idx, s.sample && i == last);
             n_prompt_computed += i < s.seq->n_prompt;
         }
-        by_seq_.at(s.seq)->n_cached_.store(s.seq->n_cached_prompt, std::memory_order_relaxed);
+        Request& r = *by_seq_.at(s.seq);
+        r.n_cached_.store(s.seq->n_cached_prompt, std::memory_order_relaxed);
+        r.n_prompt_done_.store(std::min(last + 1, s.seq->n_prompt), std::memory_order_relaxed);
     }
     metrics_.computed_prompt_tokens.fetch_add(n_prompt_computed, std::memory_order_relaxed);
 

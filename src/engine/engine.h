@@ -49,6 +49,9 @@ class Request {
     bool next(TokenEvent& event, std::chrono::milliseconds timeout);
     bool finished() const;
     uint32_t n_prompt_tokens() const { return n_prompt_; }
+    // Prompt tokens computed or found in the prefix cache so far (progress
+    // of a long prompt; readable while the request runs).
+    uint32_t n_prompt_done() const { return n_prompt_done_.load(std::memory_order_relaxed); }
     // Read after the request finished:
     uint32_t n_cached_tokens() const { return n_cached_.load(); }
     uint32_t n_output_tokens() const { return n_output_.load(); }
@@ -61,6 +64,7 @@ class Request {
     uint64_t id_ = 0;
     uint32_t n_prompt_ = 0;
     std::atomic<uint32_t> n_cached_{0};
+    std::atomic<uint32_t> n_prompt_done_{0};
     std::atomic<uint32_t> n_output_{0};
     std::atomic<FinishReason> finish_{FinishReason::None};
     mutable std::mutex mu_;

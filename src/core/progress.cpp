@@ -49,7 +49,11 @@ void Progress::update(uint64_t done, const std::string& detail) {
 }
 
 void Progress::finish(const std::string& detail) {
-    if (!enabled_ || !shown_) return;
+    if (shown_) finish_with_summary(detail);
+}
+
+void Progress::finish_with_summary(const std::string& detail) {
+    if (!enabled_) return;
     const double elapsed_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     if (tty_)

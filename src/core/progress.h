@@ -16,6 +16,9 @@ class Progress {
     void update(uint64_t done, const std::string& detail = {});
     // Prints the closing line if anything was shown.
     void finish(const std::string& detail = {});
+    // Prints the closing line however quick the work was: for a command
+    // (quantize, synth) whose result that line reports.
+    void finish_with_summary(const std::string& detail);
 
   private:
     std::string label_;

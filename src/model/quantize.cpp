@@ -126,8 +126,8 @@ void quantize_model(const gguf::GgufFile& in, const std::string& out_path,
     w.write(out_path, [&](size_t i, size_t n, uint64_t done, uint64_t) {
         progress.update(done, fmt::format("{}/{} tensors", i, n));
     });
-    progress.finish(fmt::format("{} -> {} ({})", format_bytes(in.tensor_bytes_total()),
-                                format_bytes(out_bytes), out_path));
+    progress.finish_with_summary(fmt::format("{} -> {} ({})", format_bytes(in.tensor_bytes_total()),
+                                             format_bytes(out_bytes), out_path));
 }
 
 }  // namespace headroom

@@ -229,7 +229,7 @@ void write_synth_model(const SynthShape& shape, const SynthOptions& opt, const s
         progress.update(total ? done * 1000 / total : 1000,
                         fmt::format("{}/{} tensors, {}", i, n, format_bytes(done)));
     });
-    progress.finish(path);
+    progress.finish_with_summary(path);
 }
 
 }  // namespace headroom

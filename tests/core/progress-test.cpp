@@ -34,6 +34,16 @@ TEST(Progress, LongWorkPrintsEachTenthOnceAndACloseLine) {
     EXPECT_NE(out.find("slow: done 200 units in "), std::string::npos) << out;
 }
 
+TEST(Progress, ASummaryIsPrintedEvenForQuickWork) {
+    testing::internal::CaptureStderr();
+    Progress p("quantize q4_0", 10);
+    p.update(10);
+    p.finish_with_summary("1 MiB -> 300 KiB");
+    const std::string out = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(out.rfind("quantize q4_0: done 1 MiB -> 300 KiB in ", 0), 0u) << out;
+    EXPECT_EQ(out.find('%'), std::string::npos) << out;
+}
+
 TEST(Progress, DisabledPrintsNothingHoweverLong) {
     testing::internal::CaptureStderr();
     Progress p("off", 10, false);

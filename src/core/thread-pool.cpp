@@ -2,8 +2,8 @@
 
 #include <sched.h>
 #include <unistd.h>
-#include <algorithm>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <set>

@@ -53,9 +53,10 @@ def headroom(args):
     return p.returncode, [l for l in p.stderr.splitlines() if l.strip()]
 
 
-def check(name, changes, refused_naming=None):
+def check(name, changes, refused_naming=None, must_run=False):
     """refused_naming: run and plan must both exit 1 with one error line
-    containing this text. None: each may run (0) or refuse (1), never crash."""
+    containing this text. must_run: both must exit 0. Otherwise each may run
+    (0) or refuse (1), never crash."""
     path = os.path.join(tmp, name + ".gguf")
     rewrite(path, changes)
     for cmd in (["run", "-m", path, "-p", "hello world", "-n", "3", "--temp", "0"],
@@ -63,6 +64,7 @@ def check(name, changes, refused_naming=None):
         rc, lines = headroom(cmd)
         what = f"{name}: {cmd[0]}"
         fail_if(rc not in (0, 1), f"{what}: exit {rc}")
+        fail_if(must_run and rc != 0, f"{what}: exit {rc}: {lines}")
         if rc == 1:
             errors = [l for l in lines if l.startswith("error: ")]
             fail_if(len(errors) != 1, f"{what}: expected one error line: {lines}")
@@ -78,7 +80,7 @@ def check(name, changes, refused_naming=None):
 U32, F32, STR = T.UINT32, T.FLOAT32, T.STRING
 cases = 0
 # The valid file itself runs and plans.
-check("valid", {})
+check("valid", {}, must_run=True)
 cases += 1
 # Floats the forward pass divides by or takes powers of: each refused by name.
 for value in (0.0, -1.0, math.nan, math.inf):

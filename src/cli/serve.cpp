@@ -105,11 +105,19 @@ int64_t unix_time_s() {
         .count();
 }
 
+constexpr uint32_t kMaxHttpThreads = 16384;
+
 void serve(ServeOptions& o) {
     server::ServeConfig& sc = o.server;
     sc.max_body_bytes = parse_bytes_or_throw(o.max_body, "--max-body");
     if (sc.max_body_bytes == 0) fail("--max-body must be more than 0");
-    if (sc.max_queued == 0) fail("--max-queued must be at least 1");
+    // Each waiting or running request holds an HTTP thread: bound both, so a
+    // typo cannot ask for a million threads (or wrap max_queued + 32).
+    if (sc.max_queued == 0 || sc.max_queued > kMaxHttpThreads - 32)
+        fail("--max-queued {}: expected 1 to {}", sc.max_queued, kMaxHttpThreads - 32);
+    if (sc.n_http_threads > kMaxHttpThreads)
+        fail("--http-threads {}: expected 1 to {} (0: --max-queued + 32)", sc.n_http_threads,
+             kMaxHttpThreads);
     if (sc.port < 0 || sc.port > 65535) fail("--port {}: expected 0 to 65535", sc.port);
     if (!(o.shutdown_timeout_s >= 0)) fail("--shutdown-timeout must be at least 0");
     if (sc.api_key.empty())

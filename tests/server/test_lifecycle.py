@@ -143,3 +143,11 @@ with Server(COMMON + ["--host", "0.0.0.0", "--api-key", "k"]) as server:
             f"second server on port {server.port}: exit {p.returncode}: {p.stderr}")
     fail_if(server.stop() != 0, "exit code")
 print("ok: serving beyond loopback without --api-key warns; a taken port is an error")
+
+# ---- Thread counts a typo could blow up are refused before anything starts ---------
+for flag, value, expect in (("--max-queued", "4294967295", "--max-queued 4294967295: expected 1 to 16352"),
+                            ("--http-threads", "1000000", "--http-threads 1000000: expected 1 to 16384")):
+    p = subprocess.run([headroom_bin(), "serve", *COMMON, "--port", "0", flag, value],
+                       capture_output=True, text=True, timeout=60)
+    fail_if(p.returncode != 1 or expect not in p.stderr, f"{flag} {value}: exit {p.returncode}: {p.stderr}")
+print("ok: --max-queued and --http-threads past 16384 threads are refused")

@@ -2,8 +2,11 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <iostream>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -39,6 +42,15 @@ int main(int argc, char** argv) {
         return 1;
     } catch (const std::exception& e) {
         fmt::print(stderr, "error: {}\n", e.what());
+        return 1;
+    }
+    // Output that never reached stdout (a full disk) is a failure, not a
+    // success with a truncated file.
+    std::cout.flush();
+    errno = 0;
+    if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout) {
+        fmt::print(stderr, "error: writing to stdout: {}\n",
+                   errno ? std::strerror(errno) : "write failed");
         return 1;
     }
     return 0;

@@ -64,6 +64,12 @@ many = run("-p", "the cat", "-n", "12", "--temp", "0", "--ignore-eos", "--thread
 fail_if(many.returncode != 0, many.stderr)
 fail_if(f"is more than the {cpus} CPUs" not in many.stderr, many.stderr)
 fail_if(many.stdout != greedy.stdout, f"{many.stdout!r} != {greedy.stdout!r}")
+# Text that cannot be written (a full disk) is an error, not a silent exit 0.
+with open("/dev/full", "w") as full:
+    lost = subprocess.run([headroom_bin(), "run", "-m", model, "-p", "the cat", "-n", "4"],
+                          stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+fail_if(lost.returncode != 1 or "error: writing to stdout" not in lost.stderr, lost.stderr)
+
 negative = run("-p", "x", "--threads", "-3")
 fail_if(negative.returncode != 1 or "--threads -3" not in negative.stderr, negative.stderr)
 print("ok")

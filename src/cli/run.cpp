@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -118,8 +120,10 @@ std::string generate(Engine& engine, std::vector<int32_t> prompt, const Sampling
                 if (long_prompt) progress.finish(fmt::format("{} tokens", r->n_prompt_tokens()));
             }
             if (!ev.text.empty()) {
-                std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
-                std::fflush(stdout);
+                // A full disk stops the run at once, with the reason.
+                if (std::fwrite(ev.text.data(), 1, ev.text.size(), stdout) != ev.text.size() ||
+                    std::fflush(stdout) != 0)
+                    fail("writing to stdout: {}", std::strerror(errno));
                 text += ev.text;
             }
             if (ev.finish != FinishReason::None) {

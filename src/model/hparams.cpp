@@ -30,13 +30,15 @@ uint32_t to_u32(const gguf::GgufFile& f, const std::string& key, uint64_t v) {
 }
 
 // A float the forward pass divides by, takes powers of or adds under a square
-// root: NaN, infinities and out-of-range values are refused here, by name,
-// instead of turning every logit into NaN.
+// root: NaN, infinities, negatives, and values a float cannot hold (they
+// would round to 0 or infinity) are refused here, by name, instead of
+// turning every logit into NaN.
 float checked_float(const gguf::GgufFile& f, const std::string& key, double v, bool zero_ok) {
-    if (!std::isfinite(v) || v < 0 || (v == 0 && !zero_ok) || v > 3.4e38)
-        fail("{}: metadata '{}' is {}, expected a finite number {} 0", f.path(), key, v,
+    const auto x = static_cast<float>(v);
+    if (std::isnan(v) || v < 0 || (x == 0 ? v != 0 || !zero_ok : !std::isnormal(x)))
+        fail("{}: metadata '{}' is {}, expected a finite, normal float {} 0", f.path(), key, v,
              zero_ok ? ">=" : ">");
-    return static_cast<float>(v);
+    return x;
 }
 
 // The highest layer index among the file's "blk.N." tensors, or -1 if none.
@@ -49,7 +51,7 @@ int64_t last_layer_in_tensors(const gguf::GgufFile& f) {
         uint64_t il = 0;
         const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), il);
         if (ec != std::errc() || end == n.data() + n.size() || *end != '.') continue;
-        last = std::max(last, static_cast<int64_t>(std::min<uint64_t>(il, INT64_MAX)));
+        last = std::max(last, static_cast<int64_t>(std::min<uint64_t>(il, UINT32_MAX)));
     }
     return last;
 }
@@ -88,6 +90,11 @@ HParams read_hparams(const gguf::GgufFile& f, bool for_inference) {
     if (hp.n_layer > kMaxLayers)
         fail("{}: block_count is {}, more than {}: the header is damaged", f.path(), hp.n_layer,
              kMaxLayers);
+    if (const auto parts = f.get_uint("split.count"); parts && *parts > 1)
+        fail(
+            "{}: one part of a model split into {} files: merge them first (llama-gguf-split "
+            "--merge)",
+            f.path(), *parts);
     // A model file holds every layer's tensors; a count past them is a
     // damaged header (and would size per-layer tables for nothing).
     if (const int64_t last = last_layer_in_tensors(f); last >= 0 && hp.n_layer > last + 1)
@@ -109,10 +116,15 @@ HParams read_hparams(const gguf::GgufFile& f, bool for_inference) {
     hp.rms_eps = opt_float(a + "attention.layer_norm_rms_epsilon", hp.rms_eps, true);
     hp.rope_base = opt_float(a + "rope.freq_base", hp.rope_base, false);
     hp.rope_base_local = hp.rope_base;
+    // A linear scaling factor of 0 means none, as llama.cpp reads it.
+    auto inverse_factor = [&](const std::string& key) {
+        const float factor = opt_float(key, 1.0f, true);
+        return factor == 0 ? 1.0f : 1.0f / factor;
+    };
     if (auto type = f.get_string(a + "rope.scaling.type"); type && *type == "linear") {
-        hp.rope_scale = 1.0f / opt_float(a + "rope.scaling.factor", 1.0f, false);
+        hp.rope_scale = inverse_factor(a + "rope.scaling.factor");
     } else if (f.has(a + "rope.scale_linear")) {
-        hp.rope_scale = 1.0f / opt_float(a + "rope.scale_linear", 1.0f, false);
+        hp.rope_scale = inverse_factor(a + "rope.scale_linear");
     }
     hp.n_expert = opt(a + "expert_count", 0);
     hp.n_expert_used = opt(a + "expert_used_count", 0);

@@ -83,13 +83,19 @@ cases = 0
 check("valid", {}, must_run=True)
 cases += 1
 # Floats the forward pass divides by or takes powers of: each refused by name.
-for value in (0.0, -1.0, math.nan, math.inf):
+for value in (0.0, -1.0, math.nan, math.inf, 1e-40):
     check(f"freq-base-{value}", {"llama.rope.freq_base": (value, F32)}, "llama.rope.freq_base")
+    cases += 1
+for value in (-1.0, math.nan, math.inf, 1e-40):
     check(f"scaling-{value}",
           {"llama.rope.scaling.type": ("linear", STR), "llama.rope.scaling.factor": (value, F32)},
           "llama.rope.scaling.factor")
-    cases += 2
-for value in (-1.0, math.nan, -math.inf, math.inf):
+    cases += 1
+# A linear scaling factor of 0 means no scaling (as llama.cpp reads it).
+check("scaling-0", {"llama.rope.scaling.type": ("linear", STR),
+                    "llama.rope.scaling.factor": (0.0, F32)}, must_run=True)
+cases += 1
+for value in (-1.0, math.nan, -math.inf, math.inf, 1e-40):
     check(f"eps-{value}", {"llama.attention.layer_norm_rms_epsilon": (value, F32)},
           "llama.attention.layer_norm_rms_epsilon")
     cases += 1
@@ -98,6 +104,9 @@ for value in (-1.0, math.nan, -math.inf, math.inf):
 for value in (3, 4096, 1 << 30, (1 << 32) - 1):
     check(f"layers-{value}", {"llama.block_count": (value, U32)}, "block_count")
     cases += 1
+# One part of a split model: refused as such, not as a damaged file.
+check("split", {"split.count": (3, T.UINT16), "split.no": (0, T.UINT16)}, "split into 3 files")
+cases += 1
 # Head geometry the RoPE cannot use.
 for value in (1, 3, 18, 4096):
     check(f"rot-{value}", {"llama.rope.dimension_count": (value, U32)}, "rope.dimension_count")

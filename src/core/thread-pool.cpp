@@ -31,6 +31,17 @@ inline void cpu_relax() {
 // How long a worker spins for the next job before it sleeps.
 constexpr auto kSpin = std::chrono::microseconds(1000);
 
+// The CPUs this process may run on; false if the kernel will not say.
+bool affinity_mask(cpu_set_t& set) {
+    CPU_ZERO(&set);
+    return sched_getaffinity(0, sizeof(set), &set) == 0;
+}
+
+int hardware_threads() {
+    const unsigned n = std::thread::hardware_concurrency();
+    return n ? static_cast<int>(n) : 1;
+}
+
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads)
@@ -120,21 +131,12 @@ void ThreadPool::dispatch(Thunk thunk, void* ctx) {
 
 int usable_cpu_count() {
     cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof(set), &set) != 0) {
-        const unsigned n = std::thread::hardware_concurrency();
-        return n ? static_cast<int>(n) : 1;
-    }
-    return std::max(1, CPU_COUNT(&set));
+    return affinity_mask(set) ? std::max(1, CPU_COUNT(&set)) : hardware_threads();
 }
 
 int physical_core_count() {
     cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof(set), &set) != 0) {
-        const unsigned n = std::thread::hardware_concurrency();
-        return n ? static_cast<int>(n) : 1;
-    }
+    if (!affinity_mask(set)) return hardware_threads();
     // Count distinct (package, core) pairs among the CPUs we may run on.
     std::set<std::pair<int, int>> cores;
     int n_cpus = 0;

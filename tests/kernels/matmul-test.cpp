@@ -279,6 +279,36 @@ TEST(Matmul, SeveralMatricesInOneCallEachMatchTheirSpec) {
     }
 }
 
+// Blocks of activations from 1e-12 to 1e4 in magnitude: the f16 scales
+// (and Q4_1's f16 block sums) of the small ones are subnormal or zero, of the
+// large ones near the f16 range's top. The fast quantizers round them as the
+// spec does, bit for bit, at every magnitude.
+TEST(Matmul, ActivationScalesRoundAsTheSpecAtEveryMagnitude) {
+    const int64_t n_rows = 16, n_cols = 32 * 40, n_tokens = 2;
+    std::vector<float> x = random_acts(n_tokens, n_cols, 71);
+    for (int64_t t = 0; t < n_tokens; ++t)
+        for (int64_t b = 0; b < n_cols / 32; ++b)
+            for (int j = 0; j < 32; ++j)
+                x[static_cast<size_t>(t * n_cols + b * 32 + j)] *=
+                    std::pow(10.0f, -12.0f + 16.0f * static_cast<float>(b) / 39.0f + 0.3f * t);
+    TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
+    std::vector<uint8_t> store;
+    for (const TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0}) {
+        const Weights w = random_weights(type, n_rows, n_cols, 72);
+        std::vector<float> spec(static_cast<size_t>(n_tokens * n_rows));
+        ref::matmul_int(w.m, x.data(), n_tokens, ActPrecision::Int8, spec.data());
+        for (const Ops* ops : fast_backends()) {
+            SCOPED_TRACE(std::string(name(type)) + " " + ops->name);
+            const Matrix m = repacked(*ops, w.m, store, tc.ctx());
+            for (const int64_t nt : {int64_t{1}, n_tokens}) {
+                const auto y = run(*ops, m, x, nt, tc.ctx());
+                for (size_t i = 0; i < y.size(); ++i)
+                    ASSERT_TRUE(same_bits(y[i], spec[i])) << "element " << i;
+            }
+        }
+    }
+}
+
 TEST(Matmul, TypesWithoutFastKernelsFallBackToTheReference) {
     const int64_t n_rows = 9, n_cols = 256;
     std::vector<uint8_t> bytes(row_bytes(TensorType::Q3_K, n_cols) * n_rows);

@@ -3,6 +3,8 @@
 // kernels of gemm.h take (kernels/act-format.h).
 #pragma once
 
+#include <immintrin.h>
+
 #include <cstdint>
 
 #include "core/half.h"
@@ -27,6 +29,12 @@ constexpr int32_t weight_offset(TensorType t) {
         default:
             return 0;
     }
+}
+
+// x rounded to the nearest f16 (ties to even) and back, as
+// f16_to_f32(f32_to_f16(x)) but in one F16C instruction each way.
+inline float round_to_f16(float x) {
+    return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
 }
 
 // Quantizes one row x[0..n) as ref::quantize_acts does, and writes the sums
@@ -57,9 +65,10 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
         const float amax = V::reduce_max(m);
         const float id = amax < 1e-30f ? 0.0f : max_q / amax;
         const float db = id == 0.0f ? 0.0f : f16_scales ? amax / max_q : 1.0f / id;
-        d[b] = f16_scales ? f16_to_f32(f32_to_f16(db)) : db;
+        d[b] = f16_scales ? round_to_f16(db) : db;
         const F vid = V::fset1(id);
-        int32_t total = 0, part = 0, part_lo = 0;
+        // Integer sums, kept in vectors and reduced once per (sub-)block.
+        I total = V::zero(), part = V::zero(), part_lo = V::zero();
         for (int i = 0; i < bs; i += L) {
             const I a = V::cvt_rne(V::fmul(V::fload(xb + i), vid));
             const int64_t at = b * bs + i;
@@ -74,30 +83,32 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
             } else {
                 V::store_i8(qs + at, a);
             }
-            total += V::reduce_add(a);
+            total = V::add(total, a);
             if (al.sum_bytes == kKSumBytes) {
-                part += V::reduce_add(sum_v);
-                part_lo += V::reduce_add(sum_lo);
+                part = V::add(part, sum_v);
+                if (i16) part_lo = V::add(part_lo, sum_lo);
                 if ((i + L) % sub != 0) continue;
                 // Sub-block s done: store its sums.
                 const int s = (i + L) / sub - 1;
+                const int32_t p = V::reduce_add(part), p_lo = i16 ? V::reduce_add(part_lo) : 0;
                 uint8_t* sb = sums + static_cast<uint64_t>(b) * kKSumBytes;
                 if (sub == 16) {
-                    reinterpret_cast<int32_t*>(sb)[s] = -32 * part;
-                    reinterpret_cast<int32_t*>(sb + 64)[s] = -32 * part_lo;
+                    reinterpret_cast<int32_t*>(sb)[s] = -32 * p;
+                    reinterpret_cast<int32_t*>(sb + 64)[s] = -32 * p_lo;
                 } else {
-                    reinterpret_cast<int16_t*>(sb)[s] = static_cast<int16_t>(part);
-                    reinterpret_cast<int16_t*>(sb + 16)[s] = static_cast<int16_t>(part_lo);
+                    reinterpret_cast<int16_t*>(sb)[s] = static_cast<int16_t>(p);
+                    reinterpret_cast<int16_t*>(sb + 16)[s] = static_cast<int16_t>(p_lo);
                 }
-                part = part_lo = 0;
+                part = part_lo = V::zero();
             }
         }
         if (al.sum_bytes == kKSumBytes) continue;
+        const int32_t sum = V::reduce_add(total);
         if (min_type) {
-            const float sb = db * static_cast<float>(total);
-            reinterpret_cast<float*>(sums)[b] = f16_scales ? f16_to_f32(f32_to_f16(sb)) : sb;
+            const float sb = db * static_cast<float>(sum);
+            reinterpret_cast<float*>(sums)[b] = f16_scales ? round_to_f16(sb) : sb;
         } else
-            reinterpret_cast<int32_t*>(sums)[b] = -offset * total;
+            reinterpret_cast<int32_t*>(sums)[b] = -offset * sum;
     }
 }
 

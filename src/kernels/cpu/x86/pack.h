@@ -216,7 +216,7 @@ struct PackedSrc {
     }
     HR_KERNEL_INLINE void dw4(int64_t b, int off, I x[4]) const {
         const uint8_t* p = at(b, off);
-        for (int j = 0; j < 4; ++j) x[j] = V::load(p + j * V::kBytes);
+        for (int j = 0; j < 4; ++j) x[j] = V::load_once(p + j * V::kBytes);
     }
     HR_KERNEL_INLINE I dword(int64_t b, int off) const { return V::load(at(b, off)); }
     HR_KERNEL_INLINE F half(int64_t b, int off) const { return V::load_f16(at(b, off)); }

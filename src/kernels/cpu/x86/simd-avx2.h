@@ -35,6 +35,13 @@ struct Avx2 {
     // ---- integers ----
     static I zero() { return _mm256_setzero_si256(); }
     static I load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+    // A load the compiler may not fold into the instructions using it (see
+    // simd-avx512.h).
+    static I load_once(const void* p) {
+        I v = load(p);
+        asm("" : "+x"(v));
+        return v;
+    }
     static void store(void* p, I v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
     static I bcast32(const void* p) {
         int32_t v;

@@ -34,6 +34,14 @@ struct Avx512 {
     // ---- integers ----
     static I zero() { return _mm512_setzero_si512(); }
     static I load(const void* p) { return _mm512_loadu_si512(p); }
+    // A load the compiler may not fold into the instructions using it: a
+    // vector used twice (a Q4 block's low and high nibbles) is then read from
+    // L1 once, not once per use.
+    static I load_once(const void* p) {
+        I v = load(p);
+        asm("" : "+v"(v));
+        return v;
+    }
     static void store(void* p, I v) { _mm512_storeu_si512(p, v); }
     static I bcast32(const void* p) {
         int32_t v;

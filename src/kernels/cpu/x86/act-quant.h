@@ -7,7 +7,6 @@
 
 #include <cstdint>
 
-#include "core/half.h"
 #include "core/thread-pool.h"
 #include "kernels/act-format.h"
 #include "kernels/kernels.h"

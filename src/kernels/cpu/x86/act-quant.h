@@ -57,6 +57,8 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
     const int32_t offset = weight_offset<V>(wt);
     // Sub-block sums of the K types: 16 elements for Q6_K, 32 for Q4_K / Q5_K.
     const int sub = wt == TensorType::Q6_K ? 16 : 32;
+    // K types take sums per sub-block; the others one per block.
+    const bool sub_sums = al.sum_bytes == kKSumBytes;
     for (int64_t b = 0; b < al.n / bs; ++b) {
         const float* xb = x + b * bs;
         F m = V::fzero();
@@ -82,8 +84,9 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
             } else {
                 V::store_i8(qs + at, a);
             }
-            total = V::add(total, a);
-            if (al.sum_bytes == kKSumBytes) {
+            if (!sub_sums) {
+                total = V::add(total, a);
+            } else {
                 part = V::add(part, sum_v);
                 if (i16) part_lo = V::add(part_lo, sum_lo);
                 if ((i + L) % sub != 0) continue;
@@ -101,7 +104,7 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
                 part = part_lo = V::zero();
             }
         }
-        if (al.sum_bytes == kKSumBytes) continue;
+        if (sub_sums) continue;
         const int32_t sum = V::reduce_add(total);
         if (min_type) {
             const float sb = db * static_cast<float>(sum);

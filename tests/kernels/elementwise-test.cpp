@@ -69,17 +69,27 @@ TEST(Elementwise, AddAndRopeAreExact) {
     const auto q = random_acts(n_tokens, n_head * head_dim, 7);
     std::vector<uint32_t> pos(n_tokens);
     for (int64_t t = 0; t < n_tokens; ++t) pos[t] = static_cast<uint32_t>(t * 97 % 5000);
-    std::vector<float> factors(16);
+    std::vector<float> factors(head_dim / 2);
     for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.25f * static_cast<float>(i);
-    for (const RopeMode mode : {RopeMode::Normal, RopeMode::NeoX}) {
-        RopeArgs a{n_head, head_dim, 32, 10000.0f, 0.5f, factors.data(), mode};
-        std::vector<float> rref = q;
-        rope(rref.data(), n_tokens, pos.data(), a);
-        for (const Ops* ops : fast_backends()) {
-            SCOPED_TRACE(ops->name);
-            std::vector<float> r = q;
-            ops->rope(r.data(), n_tokens, pos.data(), a, tc.ctx());
-            for (size_t i = 0; i < r.size(); ++i) ASSERT_EQ(r[i], rref[i]) << i;
+    // Rotated dims: whole vectors of pairs, a partial one (36: 18 pairs, a
+    // tail after whole vectors of 8 and 16 lanes), all of the head; with and
+    // without frequency factors (the angles kept between calls or not).
+    for (const uint32_t n_rot : {32u, 36u, 64u}) {
+        for (const float* f :
+             {static_cast<const float*>(factors.data()), static_cast<const float*>(nullptr)}) {
+            for (const RopeMode mode : {RopeMode::Normal, RopeMode::NeoX}) {
+                RopeArgs a{n_head, head_dim, n_rot, 10000.0f, 0.5f, f, mode};
+                std::vector<float> rref = q;
+                rope(rref.data(), n_tokens, pos.data(), a);
+                for (const Ops* ops : fast_backends()) {
+                    SCOPED_TRACE(std::string(ops->name) + " n_rot " + std::to_string(n_rot) +
+                                 (f ? " factors" : "") +
+                                 (mode == RopeMode::NeoX ? " neox" : " normal"));
+                    std::vector<float> r = q;
+                    ops->rope(r.data(), n_tokens, pos.data(), a, tc.ctx());
+                    for (size_t i = 0; i < r.size(); ++i) ASSERT_EQ(r[i], rref[i]) << i;
+                }
+            }
         }
     }
     for (const Ops* ops : fast_backends()) {

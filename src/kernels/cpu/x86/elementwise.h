@@ -137,14 +137,19 @@ void store_row(const float* x, int64_t n, KvDtype dtype, uint8_t* dst) {
     for (int64_t i = 0; i < n; i += L) V::store_f16(dst + 2 * i, V::fload(x + i));
 }
 
-// One position's rotation angles (cos, sin of each of n_rot / 2 pairs).
+// One position's rotation angles: cos and sin of each of n_rot / 2 pairs,
+// and the same laid out for pairs of adjacent elements (RopeMode::Normal):
+// cs2 = (c0, c0, c1, c1, ...), sn2 = (-s0, s0, -s1, s1, ...).
 struct RopeAngles {
     uint32_t position = 0;
     float base = 0.0f;
     float position_scale = 0.0f;
     uint32_t n_rot = 0;                         // 0: none kept
     static constexpr uint32_t kMaxPairs = 512;  // rope() leaves wider rotations to the reference
-    float cs[kMaxPairs], sn[kMaxPairs];
+    alignas(64) float cs[kMaxPairs];
+    alignas(64) float sn[kMaxPairs];
+    alignas(64) float cs2[2 * kMaxPairs];
+    alignas(64) float sn2[2 * kMaxPairs];
 
     bool holds(uint32_t pos, const RopeArgs& a) const {
         return n_rot == a.n_rot && position == pos && base == a.base &&
@@ -155,6 +160,9 @@ struct RopeAngles {
             const double theta = rope_theta(pos, i, a);
             cs[i] = static_cast<float>(std::cos(theta));
             sn[i] = static_cast<float>(std::sin(theta));
+            cs2[2 * i] = cs2[2 * i + 1] = cs[i];
+            sn2[2 * i] = -sn[i];
+            sn2[2 * i + 1] = sn[i];
         }
         position = pos;
         base = a.base;
@@ -170,6 +178,40 @@ struct RopeAngles {
 // same address) are not kept.
 inline thread_local RopeAngles t_rope_angles;
 
+// One head v rotated by `angles`, a vector of pairs at a time: the
+// reference's x0 * c - x1 * s and x0 * s + x1 * c, each product and sum
+// rounded as there (x + y * -s is x - y * s exactly; sums commute).
+template <class V>
+void rope_head(float* v, const RopeAngles& angles, uint32_t half, RopeMode mode) {
+    using F = typename V::F;
+    constexpr uint32_t L = V::kLanes;
+    uint32_t i = 0;
+    if (mode == RopeMode::Normal) {
+        for (; i + L <= 2 * half; i += L) {
+            const F x = V::fload(v + i);
+            V::fstore(v + i, V::fadd(V::fmul(x, V::fload(angles.cs2 + i)),
+                                     V::fmul(V::fswap_pairs(x), V::fload(angles.sn2 + i))));
+        }
+        for (i /= 2; i < half; ++i) {
+            const float x0 = v[2 * i], x1 = v[2 * i + 1];
+            v[2 * i] = x0 * angles.cs[i] - x1 * angles.sn[i];
+            v[2 * i + 1] = x0 * angles.sn[i] + x1 * angles.cs[i];
+        }
+        return;
+    }
+    for (; i + L <= half; i += L) {
+        const F x0 = V::fload(v + i), x1 = V::fload(v + i + half);
+        const F c = V::fload(angles.cs + i), s = V::fload(angles.sn + i);
+        V::fstore(v + i, V::fsub(V::fmul(x0, c), V::fmul(x1, s)));
+        V::fstore(v + i + half, V::fadd(V::fmul(x0, s), V::fmul(x1, c)));
+    }
+    for (; i < half; ++i) {
+        const float x0 = v[i], x1 = v[i + half];
+        v[i] = x0 * angles.cs[i] - x1 * angles.sn[i];
+        v[i + half] = x0 * angles.sn[i] + x1 * angles.cs[i];
+    }
+}
+
 // As kernels::rope, with each token's angles computed once for all heads
 // (and kept for the next call at the same position), the tokens spread over
 // the pool.
@@ -180,26 +222,10 @@ void rope(float* x, int64_t n_tokens, const uint32_t* positions, const RopeArgs&
     if (half > RopeAngles::kMaxPairs) return kernels::rope(x, n_tokens, positions, a);
     for_range(n_tokens, n_tokens * a.n_head * a.head_dim, 1, ctx, [&](int64_t t0, int64_t t1) {
         RopeAngles& angles = t_rope_angles;
-        const float* cs = angles.cs;
-        const float* sn = angles.sn;
         for (int64_t t = t0; t < t1; ++t) {
             if (!angles.holds(positions[t], a)) angles.compute(positions[t], a);
-            for (uint32_t h = 0; h < a.n_head; ++h) {
-                float* v = x + (t * a.n_head + h) * a.head_dim;
-                if (a.mode == RopeMode::Normal) {
-                    for (uint32_t i = 0; i < half; ++i) {
-                        const float x0 = v[2 * i], x1 = v[2 * i + 1];
-                        v[2 * i] = x0 * cs[i] - x1 * sn[i];
-                        v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
-                    }
-                } else {
-                    for (uint32_t i = 0; i < half; ++i) {
-                        const float x0 = v[i], x1 = v[i + half];
-                        v[i] = x0 * cs[i] - x1 * sn[i];
-                        v[i + half] = x0 * sn[i] + x1 * cs[i];
-                    }
-                }
-            }
+            for (uint32_t h = 0; h < a.n_head; ++h)
+                rope_head<V>(x + (t * a.n_head + h) * a.head_dim, angles, half, a.mode);
         }
     });
 }

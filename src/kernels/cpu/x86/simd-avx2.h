@@ -114,6 +114,8 @@ struct Avx2 {
     static F fmax(F a, F b) { return _mm256_max_ps(a, b); }
     static F fmin(F a, F b) { return _mm256_min_ps(a, b); }
     static F fabs(F a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+    // Lanes 2i and 2i + 1 swapped.
+    static F fswap_pairs(F a) { return _mm256_permute_ps(a, 0xB1); }
     static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
     static F fnma(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }
     static float reduce_max(F a) {

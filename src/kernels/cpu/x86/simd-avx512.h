@@ -99,6 +99,8 @@ struct Avx512 {
     static F fmax(F a, F b) { return _mm512_max_ps(a, b); }
     static F fmin(F a, F b) { return _mm512_min_ps(a, b); }
     static F fabs(F a) { return _mm512_abs_ps(a); }
+    // Lanes 2i and 2i + 1 swapped.
+    static F fswap_pairs(F a) { return _mm512_permute_ps(a, 0xB1); }
     // a * b + c and c - a * b, each rounded once.
     static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
     static F fnma(F a, F b, F c) { return _mm512_fnmadd_ps(a, b, c); }

@@ -185,30 +185,27 @@ template <class V>
 void rope_head(float* v, const RopeAngles& angles, uint32_t half, RopeMode mode) {
     using F = typename V::F;
     constexpr uint32_t L = V::kLanes;
-    uint32_t i = 0;
-    if (mode == RopeMode::Normal) {
-        for (; i + L <= 2 * half; i += L) {
-            const F x = V::fload(v + i);
-            V::fstore(v + i, V::fadd(V::fmul(x, V::fload(angles.cs2 + i)),
-                                     V::fmul(V::fswap_pairs(x), V::fload(angles.sn2 + i))));
+    const bool normal = mode == RopeMode::Normal;
+    uint32_t i = 0;  // pairs done
+    if (normal) {
+        for (; 2 * i + L <= 2 * half; i += L / 2) {
+            const F x = V::fload(v + 2 * i);
+            V::fstore(v + 2 * i, V::fadd(V::fmul(x, V::fload(angles.cs2 + 2 * i)),
+                                         V::fmul(V::fswap_pairs(x), V::fload(angles.sn2 + 2 * i))));
         }
-        for (i /= 2; i < half; ++i) {
-            const float x0 = v[2 * i], x1 = v[2 * i + 1];
-            v[2 * i] = x0 * angles.cs[i] - x1 * angles.sn[i];
-            v[2 * i + 1] = x0 * angles.sn[i] + x1 * angles.cs[i];
+    } else {
+        for (; i + L <= half; i += L) {
+            const F x0 = V::fload(v + i), x1 = V::fload(v + i + half);
+            const F c = V::fload(angles.cs + i), s = V::fload(angles.sn + i);
+            V::fstore(v + i, V::fsub(V::fmul(x0, c), V::fmul(x1, s)));
+            V::fstore(v + i + half, V::fadd(V::fmul(x0, s), V::fmul(x1, c)));
         }
-        return;
-    }
-    for (; i + L <= half; i += L) {
-        const F x0 = V::fload(v + i), x1 = V::fload(v + i + half);
-        const F c = V::fload(angles.cs + i), s = V::fload(angles.sn + i);
-        V::fstore(v + i, V::fsub(V::fmul(x0, c), V::fmul(x1, s)));
-        V::fstore(v + i + half, V::fadd(V::fmul(x0, s), V::fmul(x1, c)));
     }
     for (; i < half; ++i) {
-        const float x0 = v[i], x1 = v[i + half];
-        v[i] = x0 * angles.cs[i] - x1 * angles.sn[i];
-        v[i + half] = x0 * angles.sn[i] + x1 * angles.cs[i];
+        const uint32_t i0 = normal ? 2 * i : i, i1 = normal ? 2 * i + 1 : i + half;
+        const float x0 = v[i0], x1 = v[i1];
+        v[i0] = x0 * angles.cs[i] - x1 * angles.sn[i];
+        v[i1] = x0 * angles.sn[i] + x1 * angles.cs[i];
     }
 }
 

@@ -251,7 +251,7 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
     load_acc<V, NR>(acc, tok, n_valid, first);
     for (int64_t blk = b0; blk < b0 + nb; ++blk) {
         if constexpr (Src::kRepacked && V::kDecodePrefetchBytes > 0) {
-            // The bytes this group reads kDecodePrefetchBytes on (simd-*.h).
+            // Ask for the group's bytes kDecodePrefetchBytes past this block.
             const uint8_t* p = src.base + static_cast<uint64_t>(blk) * Src::kGroupBlockBytes +
                                V::kDecodePrefetchBytes;
             for (uint64_t o = 0; o < Src::kGroupBlockBytes; o += 64) V::prefetch_l2(p + o);

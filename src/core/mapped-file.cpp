@@ -34,6 +34,11 @@ MappedFile::MappedFile(std::string path) : path_(std::move(path)) {
             fail("{}: cannot map {} bytes: {}", path_, size_bytes_, std::strerror(err));
         }
         data_ = static_cast<const uint8_t*>(p);
+        // Pages mapped one by one, never a 2 MiB page cache folio at once:
+        // a whole-folio mapping brings in neighbours the model drops or
+        // never reads (the repacked matrices around a small tensor), and
+        // they would count in this process's RSS.
+        ::madvise(p, size_bytes_, MADV_NOHUGEPAGE);
     }
     ::close(fd);
 }

@@ -150,6 +150,29 @@ TEST_P(IntMatmul, ABatchGivesEachTokenWhatItGetsAlone) {
     }
 }
 
+// A batch whose activations outgrow one tile of tokens (wide rows: the
+// tiles hold a dozen tokens here) runs tile by tile; every token still gets
+// the spec's bits, in every tile and at the partial last one.
+TEST_P(IntMatmul, ABatchOfSeveralTokenTilesMatchesTheSpec) {
+    const auto [type, quant] = GetParam();
+    const int64_t n_rows = 20, n_cols = 8192, n_tokens = 41;
+    const Weights w = random_weights(type, n_rows, n_cols, 13);
+    const auto x = random_acts(n_tokens, n_cols, 17);
+    std::vector<float> spec(static_cast<size_t>(n_tokens * n_rows));
+    ref::matmul_int(w.m, x.data(), n_tokens, quant, spec.data());
+    TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
+    tc.ctx().act_precision = quant;
+    std::vector<uint8_t> store;
+    for (const Ops* ops : fast_backends()) {
+        SCOPED_TRACE(ops->name);
+        const Matrix m = repacked(*ops, w.m, store, tc.ctx());
+        const auto y = run(*ops, m, x, n_tokens, tc.ctx());
+        for (size_t i = 0; i < y.size(); ++i)
+            ASSERT_TRUE(same_bits(y[i], spec[i])) << "y[" << i / n_rows << ", " << i % n_rows
+                                                  << "] = " << y[i] << ", spec " << spec[i];
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Types, IntMatmul,
     ::testing::Combine(::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
@@ -304,6 +327,39 @@ TEST(Matmul, ActivationScalesRoundAsTheSpecAtEveryMagnitude) {
                 const auto y = run(*ops, m, x, nt, tc.ctx());
                 for (size_t i = 0; i < y.size(); ++i)
                     ASSERT_TRUE(same_bits(y[i], spec[i])) << "element " << i;
+            }
+        }
+    }
+}
+
+// Q8_0 quants at both ends of s8, -128 included (which ggml's quantizer
+// never writes, but a file may hold): with Int8 activations every fast path
+// multiplies them exactly.
+TEST(Matmul, Q8_0WeightsAtTheEndsOfTheirRangeAreExact) {
+    const int64_t n_rows = 24, n_cols = 256, n_tokens = 13;
+    Weights w = random_weights(TensorType::Q8_0, n_rows, n_cols, 81);
+    std::mt19937 rng(82);
+    const int8_t ends[4] = {-128, -127, 127, 126};
+    for (int64_t r = 0; r < n_rows; ++r)
+        for (int64_t b = 0; b < n_cols / 32; ++b)
+            for (int j = 0; j < 32; ++j)
+                if (rng() % 2)
+                    w.bytes[static_cast<size_t>(r * w.m.row_bytes + b * 34 + 2 + j)] =
+                        static_cast<uint8_t>(ends[rng() % 4]);
+    // Each block's largest activation quantizes to +-127.
+    const auto x = random_acts(n_tokens, n_cols, 83);
+    std::vector<float> spec(static_cast<size_t>(n_tokens * n_rows));
+    ref::matmul_int(w.m, x.data(), n_tokens, ActPrecision::Int8, spec.data());
+    TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
+    std::vector<uint8_t> store;
+    for (const Ops* ops : fast_backends()) {
+        for (const bool packed : {false, true}) {
+            SCOPED_TRACE(std::string(ops->name) + (packed ? " repacked" : " as stored"));
+            const Matrix m = packed ? repacked(*ops, w.m, store, tc.ctx()) : w.m;
+            for (const int64_t nt : {int64_t{1}, int64_t{4}, n_tokens}) {
+                const auto y = run(*ops, m, x, nt, tc.ctx());
+                for (size_t i = 0; i < y.size(); ++i)
+                    ASSERT_TRUE(same_bits(y[i], spec[i])) << nt << " tokens, element " << i;
             }
         }
     }

@@ -63,42 +63,87 @@ HR_KERNEL_INLINE void store_acc(const typename V::F* acc, const Tok* tok, int n_
     }
 }
 
-template <class V, bool kSigned>
-HR_KERNEL_INLINE typename V::I dot4(typename V::I acc, typename V::I w, const uint8_t* a) {
-    if constexpr (kSigned)
-        return V::dot_s8s8(acc, w, V::bcast32(a));
+// acc + the products of vector w with 4 activations at a, broadcast.
+// Signed weights (Q8_0 where V::kQ8Unsigned is unset) come with abs_w = |w|
+// (abs_if_signed), computed once for every token: Int8 activations
+// (|a| <= 127) multiply as |w| x (a signed as w), exact for every s8 weight.
+// Int16's low halves reach -128, which that cannot negate: they multiply as
+// |a| x (w signed as a), with w clamped to -127 (a weight of -128, which
+// ggml's quantizer never writes, is read as -127 there).
+template <class V, bool kSigned, bool kI16>
+HR_KERNEL_INLINE typename V::I dot4(typename V::I acc, typename V::I w, typename V::I abs_w,
+                                    const uint8_t* a) {
+    if constexpr (kSigned && kI16)
+        return V::dot_s8s8_any_a(acc, V::clamp_q8(w), V::bcast32(a));
+    else if constexpr (kSigned)
+        return V::dot_s8s8(acc, w, abs_w, V::bcast32(a));
     else
         return V::dot_u8s8(acc, w, V::bcast32(a));
+}
+
+template <class V, bool kSigned>
+HR_KERNEL_INLINE typename V::I abs_if_signed(typename V::I w) {
+    if constexpr (kSigned)
+        return V::abs8(w);
+    else
+        return w;
 }
 
 // ---- per-block arithmetic, shared by the panel and the direct (decode) paths --
 
 // One block of a 32-element type for NR tokens: exact integer sums, then
 // acc = fma(isum, dw * da, acc) (and, with a min, acc = fma(mw, da * asum, acc)).
-template <class V, int NR, bool kMin, bool kI16, bool kSigned>
+template <class V, TensorType T, int NR, bool kI16>
 HR_KERNEL_INLINE void block_32(const typename V::I* w, typename V::F dw, typename V::F mw,
                                const Tok* tok, int64_t blk, typename V::F* acc) {
     using I = typename V::I;
+    constexpr bool kMin = Read32<V, T>::kMin;
+    constexpr bool kSigned = T == TensorType::Q8_0 && !V::kQ8Unsigned;
     I ia[NR], il[NR];
     for (int t = 0; t < NR; ++t) {
         const I corr = kMin ? V::zero() : V::bcast32(tok[t].sums + 4 * blk);
         ia[t] = kI16 ? V::zero() : corr;
         if (kI16) il[t] = corr;
     }
-    if constexpr (NR == 1 && !kI16) {
+    if constexpr (V::kPairSums16 && !kI16 && T != TensorType::Q8_0) {
+        // The multiply-add's int16 pair sums are added as int16 and widened
+        // once per G vectors. |level| <= 15 (4-bit) or 31 (5-bit), |a| <= 127:
+        // G = 8 pairs sum to at most 30480, G = 4 to 31496, short of 2^15, so
+        // the sums are exact and the same integers as widening every pair.
+        constexpr int G = Read32<V, T>::kFive ? 4 : 8;
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g += G) {
+            I s[NR];
+#pragma GCC unroll 8
+            for (int k = g; k < g + G; ++k) {
+#pragma GCC unroll 8
+                for (int t = 0; t < NR; ++t) {
+                    const I p = V::pairs16(w[k], V::bcast32(tok[t].qs + 32 * blk + 4 * k));
+                    s[t] = V::pin(k == g ? p : V::add16(s[t], p));
+                }
+            }
+            for (int t = 0; t < NR; ++t) ia[t] = V::widen16(ia[t], s[t]);
+        }
+    } else if constexpr (NR == 1 && !kI16) {
         // One token: two chains of multiply-adds, not one of eight (integer
         // sums, so the split does not change the result).
         I odd = V::zero();
         for (int k = 0; k < 8; k += 2) {
-            ia[0] = dot4<V, kSigned>(ia[0], w[k], tok[0].qs + 32 * blk + 4 * k);
-            odd = dot4<V, kSigned>(odd, w[k + 1], tok[0].qs + 32 * blk + 4 * k + 4);
+            ia[0] = dot4<V, kSigned, kI16>(ia[0], w[k], abs_if_signed<V, kSigned>(w[k]),
+                                           tok[0].qs + 32 * blk + 4 * k);
+            odd = dot4<V, kSigned, kI16>(odd, w[k + 1], abs_if_signed<V, kSigned>(w[k + 1]),
+                                         tok[0].qs + 32 * blk + 4 * k + 4);
         }
         ia[0] = V::add(ia[0], odd);
     } else {
         for (int k = 0; k < 8; ++k) {
+            const I abs_w = abs_if_signed<V, kSigned>(w[k]);
             for (int t = 0; t < NR; ++t) {
-                ia[t] = dot4<V, kSigned>(ia[t], w[k], tok[t].qs + 32 * blk + 4 * k);
-                if (kI16) il[t] = dot4<V, kSigned>(il[t], w[k], tok[t].lo + 32 * blk + 4 * k);
+                ia[t] = V::pin(
+                    dot4<V, kSigned, kI16>(ia[t], w[k], abs_w, tok[t].qs + 32 * blk + 4 * k));
+                if (kI16)
+                    il[t] = V::pin(
+                        dot4<V, kSigned, kI16>(il[t], w[k], abs_w, tok[t].lo + 32 * blk + 4 * k));
             }
         }
     }
@@ -231,11 +276,10 @@ void micro_panel(const uint8_t* panel, int64_t b0, int64_t nb, const Tok* tok, i
                                    tok, blk, acc);
         } else {
             constexpr bool kMin = Read32<V, T>::kMin;
-            constexpr bool kSigned = T == TensorType::Q8_0 && !V::kQ8Unsigned;
             for (int k = 0; k < 8; ++k) w[k] = V::load(panel + k * vb);
             const F dw = V::fload(reinterpret_cast<const float*>(panel + 8 * vb));
             const F mw = kMin ? V::fload(reinterpret_cast<const float*>(panel + 9 * vb)) : dw;
-            block_32<V, NR, kMin, kI16, kSigned>(w, dw, mw, tok, blk, acc);
+            block_32<V, T, NR, kI16>(w, dw, mw, tok, blk, acc);
         }
     }
     store_acc<V, NR>(acc, tok, n_valid);
@@ -334,12 +378,10 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
                         mw, V::fbcast(reinterpret_cast<const float*>(tok[t].sums) + blk), acc[t]);
             }
         } else {
-            using R = Read32<V, T>;
-            constexpr bool kSigned = T == TensorType::Q8_0 && !V::kQ8Unsigned;
             I w[8];
             F dw, mw;
-            R::read(src, blk, w, dw, mw);
-            block_32<V, NR, R::kMin, kI16, kSigned>(w, dw, mw, tok, blk, acc);
+            Read32<V, T>::read(src, blk, w, dw, mw);
+            block_32<V, T, NR, kI16>(w, dw, mw, tok, blk, acc);
         }
     }
     store_acc<V, NR>(acc, tok, n_valid);
@@ -396,8 +438,11 @@ void fill_kernels(IntKernel<V>& k) {
 template <class V, TensorType T, bool kI16, bool kPacked>
 IntKernel<V> make_kernel() {
     constexpr bool k_type = T == TensorType::Q4_K || T == TensorType::Q5_K || T == TensorType::Q6_K;
-    constexpr int nr =
-        k_type ? (kI16 ? V::kNrKInt16 : V::kNrKInt8) : (kI16 ? V::kNr32Int16 : V::kNr32Int8);
+    constexpr bool small = T == TensorType::Q4_0 || T == TensorType::Q4_1;
+    constexpr int nr = k_type  ? (kI16 ? V::kNrKInt16 : V::kNrKInt8)
+                       : kI16  ? V::kNr32Int16
+                       : small ? V::kNr32Int8Small
+                               : V::kNr32Int8;
     IntKernel<V> k{};
     k.nr_max = nr;
     k.chunk = k_type ? 2 : 16;
@@ -454,6 +499,13 @@ inline void prefetch_slice(const uint8_t* base, uint64_t bytes, int64_t slice, i
     const uint64_t begin = bytes * static_cast<uint64_t>(slice) / static_cast<uint64_t>(n_slices);
     const uint64_t end = bytes * static_cast<uint64_t>(slice + 1) / static_cast<uint64_t>(n_slices);
     for (uint64_t off = begin & ~uint64_t{63}; off < end; off += 64) V::prefetch_l2(base + off);
+}
+
+// Tokens per tile of a batch (matmul_int): a multiple of nr whose quantized
+// activations, row_bytes each, take at most a third of a 512 KiB L2.
+inline int64_t act_tile_tokens(uint64_t row_bytes, int nr) {
+    constexpr uint64_t kTileBytes = 160 * 1024;
+    return std::max<int64_t>(1, static_cast<int64_t>(kTileBytes / row_bytes) / nr) * nr;
 }
 
 // Runs fn(g, more, thread) for every row group of w, handed out by a
@@ -538,12 +590,22 @@ void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
     const int64_t n_chunks = (nb + kern[0].chunk - 1) / kern[0].chunk;
     const bool direct = x.n_tokens <= kern[0].nr_max;
     const int64_t n_groups = first_group[n];
-    ShareQueue queue = group_queue(n_groups, ctx.pool->n_threads(), x.n_tokens);
+    // A batch runs as tiles of tokens whose activations stay in L2 while
+    // row group after row group passes over them (a whole batch's activations
+    // do not fit, and each group would read them again from L3). The work
+    // items are (tile, group) pairs, tile by tile, so each thread's share
+    // goes through its tiles in turn.
+    const int64_t tile = direct ? x.n_tokens : act_tile_tokens(x.q_row_bytes, kern[0].nr_max);
+    const int64_t n_tiles = (x.n_tokens + tile - 1) / tile;
+    ShareQueue queue = group_queue(n_tiles * n_groups, ctx.pool->n_threads(), x.n_tokens);
     ctx.pool->run([&](int thread) {
         uint8_t* panel = ctx.thread_scratch(thread);
         Tok tok[16];
-        queue.drain(thread, [&](int64_t g0, int64_t g1) {
-            for (int64_t gg = g0; gg < g1; ++gg) {
+        queue.drain(thread, [&](int64_t item0, int64_t item1) {
+            for (int64_t item = item0; item < item1; ++item) {
+                const int64_t gg = item % n_groups;
+                const int64_t tok0 = item / n_groups * tile;
+                const int64_t tok1 = std::min(tok0 + tile, x.n_tokens);
                 int i = 0;
                 while (gg >= first_group[i + 1]) ++i;
                 const Matrix& w = *ws[i];
@@ -558,9 +620,12 @@ void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
                     ref.packed = w.packed + at;
                 else
                     rg = make_row_group<V>(w.data + at, w.row_bytes, n_valid);
-                // The next group of this range in the same matrix, if any.
+                // The next item, if this range goes on with the next group of
+                // the same matrix and tile.
+                const bool next_here =
+                    item + 1 < item1 && gg + 1 < first_group[i + 1] && gg + 1 < n_groups;
                 const uint64_t next_bytes =
-                    gg + 1 < std::min(g1, first_group[i + 1]) && !packed[i]
+                    next_here && !packed[i]
                         ? static_cast<uint64_t>(std::min<int64_t>(L, w.n_rows - r0 - L)) *
                               w.row_bytes
                         : 0;
@@ -574,9 +639,8 @@ void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
                         prefetch_slice<V>(w.data + at + L * w.row_bytes, next_bytes, b0 / k.chunk,
                                           n_chunks);
                     if (!direct) k.pack(ref, b0, n_chunk, panel);
-                    for (int64_t t0 = 0; t0 < x.n_tokens; t0 += k.nr_max) {
-                        const int nr =
-                            static_cast<int>(std::min<int64_t>(k.nr_max, x.n_tokens - t0));
+                    for (int64_t t0 = tok0; t0 < tok1; t0 += k.nr_max) {
+                        const int nr = static_cast<int>(std::min<int64_t>(k.nr_max, tok1 - t0));
                         for (int t = 0; t < nr; ++t) {
                             const uint8_t* row =
                                 x.q + static_cast<uint64_t>(t0 + t) * x.q_row_bytes;

@@ -223,14 +223,13 @@ struct PackedSrc {
 };
 
 // Q8_0 weights (s8) as the multiply-adds take them: w + 128 as u8 where the
-// backend multiplies u8 weights (V::kQ8Unsigned), else w clamped to -127
-// (the sign trick cannot negate -128).
+// backend multiplies u8 weights (V::kQ8Unsigned), else w as it is.
 template <class V>
 HR_KERNEL_INLINE typename V::I q8_ready(typename V::I w) {
     if constexpr (V::kQ8Unsigned)
         return V::xor_(w, V::set1_8(static_cast<int8_t>(0x80)));
     else
-        return V::clamp_q8(w);
+        return w;
 }
 
 template <class V, bool kFive>

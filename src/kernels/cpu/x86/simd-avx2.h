@@ -3,9 +3,9 @@
 //
 // There is no vpdpbusd: u8 x s8 products go through vpmaddubsw, whose int16
 // pair sums saturate past 32767. Every packed level is at most 63 except Q8_0,
-// so Q8_0 weights stay signed and multiply as |a| x sign(w, a) (at most
-// 128 x 127 per product); a weight of -128, which ggml never writes, would be
-// read as -127 there.
+// so Q8_0 weights stay signed and multiply as |w| x (a signed as w): at most
+// 128 x 127 per product, 32512 a pair, exact for every s8 weight (gemm.h,
+// dot4, for the Int16 activations' low halves).
 #pragma once
 
 #include <immintrin.h>
@@ -27,7 +27,10 @@ struct Avx2 {
     static constexpr bool kExactU8Dot = false;
     // Tokens per micro-kernel call (register budget: 16 vectors) and the
     // float kernels' rows x tokens tile.
-    static constexpr int kNr32Int8 = 4, kNr32Int16 = 3, kNrKInt8 = 3, kNrKInt16 = 2;
+    // kNr32Int8Small: Q4_0 and Q4_1, whose int16 pair sums take no register
+    // of their own (kPairSums16).
+    static constexpr int kNr32Int8 = 4, kNr32Int8Small = 6, kNr32Int16 = 3, kNrKInt8 = 3,
+                         kNrKInt16 = 2;
     static constexpr int kFloatMr = 2, kFloatNr = 4;
     // How far ahead of its reads a product of a few tokens over repacked
     // weights asks for them (gemm.h, micro_direct). On Zen 3 cores the
@@ -49,6 +52,13 @@ struct Avx2 {
         asm("" : "+x"(v));
         return v;
     }
+    // v, opaque to the optimizer: a sum chain built with it is computed in
+    // the order written. (GCC otherwise regroups integer sums into a tree
+    // whose partial products outnumber the registers and spill.)
+    static I pin(I v) {
+        asm("" : "+x"(v));
+        return v;
+    }
     static void store(void* p, I v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
     static I bcast32(const void* p) {
         int32_t v;
@@ -61,12 +71,29 @@ struct Avx2 {
         return _mm256_add_epi32(
             acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1)));
     }
-    static I dot_s8s8(I acc, I w, I a) {
+    // vpmaddubsw alone (int16 pair sums, saturating), their int16 sum, and
+    // acc + the int32 sums of pairs of them. For small levels (gemm.h,
+    // block_32) several pair sums add up exactly in int16 and are widened
+    // once: half the multiplies of dot_u8s8 per vector.
+    static constexpr bool kPairSums16 = true;
+    static I pairs16(I u8, I s8) { return _mm256_maddubs_epi16(u8, s8); }
+    static I add16(I a, I b) { return _mm256_add_epi16(a, b); }
+    static I widen16(I acc, I s16) {
+        return _mm256_add_epi32(acc, _mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
+    }
+    // acc + the products of s8 w and a: as |w| x (a signed as w), abs_w = |w|
+    // (abs8), for |a| <= 127; as |a| x (w signed as a) for |w| <= 127.
+    static I dot_s8s8(I acc, I w, I abs_w, I a) {
+        return _mm256_add_epi32(
+            acc, _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(a, w)),
+                                   _mm256_set1_epi16(1)));
+    }
+    static I dot_s8s8_any_a(I acc, I w, I a) {
         return _mm256_add_epi32(
             acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(w, a)),
                                    _mm256_set1_epi16(1)));
     }
-    // Q8_0 weights as dot_s8s8 takes them: -128 becomes -127.
+    static I abs8(I a) { return _mm256_abs_epi8(a); }
     static I clamp_q8(I w) { return _mm256_max_epi8(w, _mm256_set1_epi8(-127)); }
     static I dot_s16(I acc, I a, I b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
     static I add(I a, I b) { return _mm256_add_epi32(a, b); }

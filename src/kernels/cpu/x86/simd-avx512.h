@@ -24,9 +24,12 @@ struct Avx512 {
     static constexpr bool kQ8Unsigned = true;
     // dot_u8s8 sums any u8 x s8 products exactly (no 16-bit stage).
     static constexpr bool kExactU8Dot = true;
+    // vpdpbusd sums into int32 directly (no int16 pair sums to add first).
+    static constexpr bool kPairSums16 = false;
     // Tokens per micro-kernel call (register budget: 32 vectors) and the
     // float kernels' rows x tokens tile.
-    static constexpr int kNr32Int8 = 8, kNr32Int16 = 6, kNrKInt8 = 6, kNrKInt16 = 4;
+    static constexpr int kNr32Int8 = 8, kNr32Int8Small = 8, kNr32Int16 = 6, kNrKInt8 = 6,
+                         kNrKInt16 = 4;
     static constexpr int kFloatMr = 4, kFloatNr = 4;
     // As in simd-avx2.h. On Zen 4 the hardware prefetchers keep up: asking
     // 1 KiB ahead changed nothing, 2 KiB or more made decode slower.
@@ -42,6 +45,13 @@ struct Avx512 {
     // L1 once, not once per use.
     static I load_once(const void* p) {
         I v = load(p);
+        asm("" : "+v"(v));
+        return v;
+    }
+    // v, opaque to the optimizer: a sum chain built with it is computed in
+    // the order written. (GCC otherwise regroups integer sums into a tree
+    // whose partial products outnumber the registers and spill.)
+    static I pin(I v) {
         asm("" : "+v"(v));
         return v;
     }

@@ -286,15 +286,16 @@ void micro_panel(const uint8_t* panel, int64_t b0, int64_t nb, const Tok* tok, i
 }
 
 // The same straight from a source (pack.h): each block is read once for the
-// NR tokens, with no panel in between.
-template <class V, TensorType T, int NR, bool kI16, class Src>
+// NR tokens, with no panel in between. kAhead: ask for the repacked weights
+// V::kDecodePrefetchBytes ahead (a decode step, streaming them from memory).
+template <class V, TensorType T, int NR, bool kI16, class Src, bool kAhead = true>
 void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_valid, bool first) {
     using I = typename V::I;
     using F = typename V::F;
     F acc[NR];
     load_acc<V, NR>(acc, tok, n_valid, first);
     for (int64_t blk = b0; blk < b0 + nb; ++blk) {
-        if constexpr (Src::kRepacked && V::kDecodePrefetchBytes > 0) {
+        if constexpr (kAhead && Src::kRepacked && V::kDecodePrefetchBytes > 0) {
             // Ask for the group's bytes kDecodePrefetchBytes past this block.
             const uint8_t* p = src.base + static_cast<uint64_t>(blk) * Src::kGroupBlockBytes +
                                V::kDecodePrefetchBytes;
@@ -403,10 +404,13 @@ struct IntKernel {
     using Panel = void (*)(const uint8_t*, int64_t, int64_t, const Tok*, int, bool);
     using Direct = void (*)(const GroupRef<V>&, int64_t, int64_t, const Tok*, int, bool);
     Pack pack;         // into a panel
-    Panel panel[9];    // [nr], nr = 1..nr_max
-    Direct direct[9];  // [nr]
+    Panel panel[9];    // [nr], nr = 1..nr_max: a batch
+    Direct direct[9];  // [nr]: a few tokens
     int nr_max;
     int chunk;  // blocks per packed chunk
+    // panel[] reads the repacked copy itself: it takes the group's first
+    // block where the others take a panel, and a batch packs nothing.
+    bool panel_reads_packed;
 };
 
 template <class V, TensorType T, bool kPacked>
@@ -426,10 +430,27 @@ void direct_from(const GroupRef<V>& g, int64_t b0, int64_t nb, const Tok* tok, i
         micro_direct<V, T, NR, kI16>(RowsSrc<V, T>{*g.rows}, b0, nb, tok, n_valid, first);
 }
 
+// A batch's chunk read from the repacked copy at `group` (its first block).
+template <class V, TensorType T, int NR, bool kI16>
+void batch_from_packed(const uint8_t* group, int64_t b0, int64_t nb, const Tok* tok, int n_valid,
+                       bool first) {
+    micro_direct<V, T, NR, kI16, PackedSrc<V, T>, false>(PackedSrc<V, T>{group}, b0, nb, tok,
+                                                         n_valid, first);
+}
+
+// Whether a batch reads T's repacked copy as it is: where the panel would
+// hold the same vectors (Q8_0: only its scales would widen to f32), packing
+// it once per tile of tokens costs more than it saves.
+template <class V, TensorType T, bool kPacked>
+inline constexpr bool kBatchReadsPacked = kPacked&& T == TensorType::Q8_0;
+
 template <class V, TensorType T, bool kI16, bool kPacked, int N>
 void fill_kernels(IntKernel<V>& k) {
     if constexpr (N >= 1) {
-        k.panel[N] = &micro_panel<V, T, N, kI16>;
+        if constexpr (kBatchReadsPacked<V, T, kPacked>)
+            k.panel[N] = &batch_from_packed<V, T, N, kI16>;
+        else
+            k.panel[N] = &micro_panel<V, T, N, kI16>;
         k.direct[N] = &direct_from<V, T, N, kI16, kPacked>;
         fill_kernels<V, T, kI16, kPacked, N - 1>(k);
     }
@@ -447,6 +468,7 @@ IntKernel<V> make_kernel() {
     k.nr_max = nr;
     k.chunk = k_type ? 2 : 16;
     k.pack = &pack_from<V, T, kPacked>;
+    k.panel_reads_packed = kBatchReadsPacked<V, T, kPacked>;
     fill_kernels<V, T, kI16, kPacked, nr>(k);
     return k;
 }
@@ -638,7 +660,7 @@ void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
                     if (next_bytes)
                         prefetch_slice<V>(w.data + at + L * w.row_bytes, next_bytes, b0 / k.chunk,
                                           n_chunks);
-                    if (!direct) k.pack(ref, b0, n_chunk, panel);
+                    if (!direct && !k.panel_reads_packed) k.pack(ref, b0, n_chunk, panel);
                     for (int64_t t0 = tok0; t0 < tok1; t0 += k.nr_max) {
                         const int nr = static_cast<int>(std::min<int64_t>(k.nr_max, tok1 - t0));
                         for (int t = 0; t < nr; ++t) {
@@ -650,7 +672,8 @@ void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
                         if (direct)
                             k.direct[nr](ref, b0, n_chunk, tok, n_valid, b0 == 0);
                         else
-                            k.panel[nr](panel, b0, n_chunk, tok, n_valid, b0 == 0);
+                            k.panel[nr](k.panel_reads_packed ? ref.packed : panel, b0, n_chunk, tok,
+                                        n_valid, b0 == 0);
                     }
                 }
             }

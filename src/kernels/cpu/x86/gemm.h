@@ -159,10 +159,32 @@ HR_KERNEL_INLINE void block_32(const typename V::I* w, typename V::F dw, typenam
 
 // Sub-block s (32 weights, 8 vectors) of Q4_K / Q5_K superblock blk:
 // S += sc * dot (hi and lo halves apart for Int16).
-template <class V, int NR, bool kI16>
+template <class V, int NR, bool kI16, bool kFive>
 HR_KERNEL_INLINE void sub_q45(const typename V::I* w, typename V::I sc, const Tok* tok, int64_t blk,
                               int s, typename V::I* S, typename V::I* Sl) {
     using I = typename V::I;
+    if constexpr (V::kPairSums16 && !kI16) {
+        // As block_32: int16 pair sums of G vectors (levels <= 15, or 31
+        // for Q5_K) are exact; one multiply-add by the scale in both int16
+        // halves of each lane (<= 63) widens and scales them at once.
+        constexpr int G = kFive ? 4 : 8;
+        const I sc2 = V::or_(sc, V::template sll<16>(sc));
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g += G) {
+            I p16[NR];
+#pragma GCC unroll 8
+            for (int k = g; k < g + G; ++k) {
+#pragma GCC unroll 8
+                for (int t = 0; t < NR; ++t) {
+                    const I p =
+                        V::pairs16(w[k], V::bcast32(tok[t].qs + 256 * blk + 32 * s + 4 * k));
+                    p16[t] = V::pin(k == g ? p : V::add16(p16[t], p));
+                }
+            }
+            for (int t = 0; t < NR; ++t) S[t] = V::dot_s16(S[t], p16[t], sc2);
+        }
+        return;
+    }
     I is[NR], il[NR];
     for (int t = 0; t < NR; ++t) is[t] = il[t] = V::zero();
     for (int k = 0; k < 8; ++k) {
@@ -259,7 +281,8 @@ void micro_panel(const uint8_t* panel, int64_t b0, int64_t nb, const Tok* tok, i
             for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
             for (int s = 0; s < 8; ++s) {
                 for (int k = 0; k < 8; ++k) w[k] = V::load(panel + (8 * s + k) * vb);
-                sub_q45<V, NR, kI16>(w, V::load(panel + (64 + s) * vb), tok, blk, s, S, Sl);
+                sub_q45<V, NR, kI16, T == TensorType::Q5_K>(w, V::load(panel + (64 + s) * vb), tok,
+                                                            blk, s, S, Sl);
             }
             for (int j = 0; j < 4; ++j) mp[j] = V::load(panel + (72 + j) * vb);
             finish_q45<V, NR, kI16>(
@@ -320,16 +343,18 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
                     src.dw4(blk, 16 + 32 * c, x);
                     src.dw4(blk, 32 + 32 * c, x + 4);
                     for (int k = 0; k < 8; ++k) w[k] = V::and_(x[k], low4);
-                    sub_q45<V, NR, false>(w, sc[2 * c], tok, blk, 2 * c, S, Sl);
+                    sub_q45<V, NR, false, false>(w, sc[2 * c], tok, blk, 2 * c, S, Sl);
                     for (int k = 0; k < 8; ++k) w[k] = V::and_(x[k], high4);
-                    sub_q45<V, NR, false>(w, sc[2 * c + 1], tok, blk, 2 * c + 1, H, Sl);
+                    sub_q45<V, NR, false, false>(w, sc[2 * c + 1], tok, blk, 2 * c + 1, H, Sl);
                 }
                 for (int t = 0; t < NR; ++t) S[t] = V::add(S[t], V::template sra<4>(H[t]));
             } else {
                 for (int c = 0; c < 4; ++c) {
                     R::pair(src, blk, c, w);
-                    sub_q45<V, NR, kI16>(w, sc[2 * c], tok, blk, 2 * c, S, Sl);
-                    sub_q45<V, NR, kI16>(w + 8, sc[2 * c + 1], tok, blk, 2 * c + 1, S, Sl);
+                    sub_q45<V, NR, kI16, T == TensorType::Q5_K>(w, sc[2 * c], tok, blk, 2 * c, S,
+                                                                Sl);
+                    sub_q45<V, NR, kI16, T == TensorType::Q5_K>(w + 8, sc[2 * c + 1], tok, blk,
+                                                                2 * c + 1, S, Sl);
                 }
             }
             finish_q45<V, NR, kI16>(S, Sl, mp, d, dmin, tok, blk, acc);

@@ -72,9 +72,9 @@ struct Avx2 {
             acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1)));
     }
     // vpmaddubsw alone (int16 pair sums, saturating), their int16 sum, and
-    // acc + the int32 sums of pairs of them. For small levels (gemm.h,
-    // block_32) several pair sums add up exactly in int16 and are widened
-    // once: half the multiplies of dot_u8s8 per vector.
+    // acc + the int32 sums of pairs of them. For small levels (gemm.h:
+    // block_32, sub_q45) several pair sums add up exactly in int16 and are
+    // widened once: about half the multiplies of dot_u8s8 per vector.
     static constexpr bool kPairSums16 = true;
     static I pairs16(I u8, I s8) { return _mm256_maddubs_epi16(u8, s8); }
     static I add16(I a, I b) { return _mm256_add_epi16(a, b); }

@@ -150,9 +150,10 @@ TEST_P(IntMatmul, ABatchGivesEachTokenWhatItGetsAlone) {
     }
 }
 
-// A batch whose activations outgrow one tile of tokens (wide rows: the
-// tiles hold a dozen tokens here) runs tile by tile; every token still gets
-// the spec's bits, in every tile and at the partial last one.
+// A batch whose activations outgrow one tile of tokens (wide rows: where a
+// backend tiles batches, AVX2, a tile holds a dozen tokens) runs tile by
+// tile; every token still gets the spec's bits, in every tile and at the
+// partial last one.
 TEST_P(IntMatmul, ABatchOfSeveralTokenTilesMatchesTheSpec) {
     const auto [type, quant] = GetParam();
     const int64_t n_rows = 20, n_cols = 8192, n_tokens = 41;

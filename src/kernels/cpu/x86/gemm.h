@@ -465,14 +465,17 @@ void batch_from_packed(const uint8_t* group, int64_t b0, int64_t nb, const Tok* 
 
 // Whether a batch reads T's repacked copy as it is: where the panel would
 // hold the same vectors (Q8_0: only its scales would widen to f32), packing
-// it once per tile of tokens costs more than it saves.
-template <class V, TensorType T, bool kPacked>
-inline constexpr bool kBatchReadsPacked = kPacked&& T == TensorType::Q8_0;
+// it again for each tile of tokens (V::kActTileBytes) costs more than it
+// saves.
+template <class V>
+constexpr bool batch_reads_packed(TensorType t, bool packed) {
+    return packed && t == TensorType::Q8_0 && V::kActTileBytes > 0;
+}
 
 template <class V, TensorType T, bool kI16, bool kPacked, int N>
 void fill_kernels(IntKernel<V>& k) {
     if constexpr (N >= 1) {
-        if constexpr (kBatchReadsPacked<V, T, kPacked>)
+        if constexpr (batch_reads_packed<V>(T, kPacked))
             k.panel[N] = &batch_from_packed<V, T, N, kI16>;
         else
             k.panel[N] = &micro_panel<V, T, N, kI16>;
@@ -493,7 +496,7 @@ IntKernel<V> make_kernel() {
     k.nr_max = nr;
     k.chunk = k_type ? 2 : 16;
     k.pack = &pack_from<V, T, kPacked>;
-    k.panel_reads_packed = kBatchReadsPacked<V, T, kPacked>;
+    k.panel_reads_packed = batch_reads_packed<V>(T, kPacked);
     fill_kernels<V, T, kI16, kPacked, nr>(k);
     return k;
 }
@@ -548,11 +551,13 @@ inline void prefetch_slice(const uint8_t* base, uint64_t bytes, int64_t slice, i
     for (uint64_t off = begin & ~uint64_t{63}; off < end; off += 64) V::prefetch_l2(base + off);
 }
 
-// Tokens per tile of a batch (matmul_int): a multiple of nr whose quantized
-// activations, row_bytes each, take at most a third of a 512 KiB L2.
-inline int64_t act_tile_tokens(uint64_t row_bytes, int nr) {
-    constexpr uint64_t kTileBytes = 160 * 1024;
-    return std::max<int64_t>(1, static_cast<int64_t>(kTileBytes / row_bytes) / nr) * nr;
+// Tokens per tile of a batch of n_tokens (matmul_int): a multiple of nr
+// whose quantized activations, row_bytes each, fit V::kActTileBytes (0: the
+// whole batch is one tile).
+template <class V>
+int64_t act_tile_tokens(uint64_t row_bytes, int nr, int64_t n_tokens) {
+    if constexpr (V::kActTileBytes == 0) return n_tokens;
+    return std::max<int64_t>(1, static_cast<int64_t>(V::kActTileBytes / row_bytes) / nr) * nr;
 }
 
 // Runs fn(g, more, thread) for every row group of w, handed out by a
@@ -642,7 +647,8 @@ void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
     // do not fit, and each group would read them again from L3). The work
     // items are (tile, group) pairs, tile by tile, so each thread's share
     // goes through its tiles in turn.
-    const int64_t tile = direct ? x.n_tokens : act_tile_tokens(x.q_row_bytes, kern[0].nr_max);
+    const int64_t tile =
+        direct ? x.n_tokens : act_tile_tokens<V>(x.q_row_bytes, kern[0].nr_max, x.n_tokens);
     const int64_t n_tiles = (x.n_tokens + tile - 1) / tile;
     ShareQueue queue = group_queue(n_tiles * n_groups, ctx.pool->n_threads(), x.n_tokens);
     ctx.pool->run([&](int thread) {
@@ -669,8 +675,7 @@ void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
                     rg = make_row_group<V>(w.data + at, w.row_bytes, n_valid);
                 // The next item, if this range goes on with the next group of
                 // the same matrix and tile.
-                const bool next_here =
-                    item + 1 < item1 && gg + 1 < first_group[i + 1] && gg + 1 < n_groups;
+                const bool next_here = item + 1 < item1 && gg + 1 < first_group[i + 1];
                 const uint64_t next_bytes =
                     next_here && !packed[i]
                         ? static_cast<uint64_t>(std::min<int64_t>(L, w.n_rows - r0 - L)) *

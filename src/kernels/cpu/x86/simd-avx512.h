@@ -34,6 +34,9 @@ struct Avx512 {
     // As in simd-avx2.h. On Zen 4 the hardware prefetchers keep up: asking
     // 1 KiB ahead changed nothing, 2 KiB or more made decode slower.
     static constexpr uint64_t kDecodePrefetchBytes = 0;
+    // A batch is one tile of tokens (see simd-avx2.h): tiles were measured
+    // only on Zen 3 cores, which have no AVX-512.
+    static constexpr uint64_t kActTileBytes = 0;
     using I = __m512i;
     using F = __m512;
 

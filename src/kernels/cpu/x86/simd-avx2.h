@@ -4,8 +4,9 @@
 // There is no vpdpbusd: u8 x s8 products go through vpmaddubsw, whose int16
 // pair sums saturate past 32767. Every packed level is at most 63 except Q8_0,
 // so Q8_0 weights stay signed and multiply as |w| x (a signed as w): at most
-// 128 x 127 per product, 32512 a pair, exact for every s8 weight (gemm.h,
-// dot4, for the Int16 activations' low halves).
+// 128 x 127 per product, 32512 a pair, exact for every s8 weight against
+// Int8 activations (|a| <= 127). Int16's low halves, which reach -128, take
+// the other form, with w clamped to -127 (gemm.h, dot4).
 #pragma once
 
 #include <immintrin.h>
@@ -27,8 +28,9 @@ struct Avx2 {
     static constexpr bool kExactU8Dot = false;
     // Tokens per micro-kernel call (register budget: 16 vectors) and the
     // float kernels' rows x tokens tile.
-    // kNr32Int8Small: Q4_0 and Q4_1, whose int16 pair sums take no register
-    // of their own (kPairSums16).
+    // kNr32Int8Small: Q4_0 and Q4_1, whose block sums stay in one int16
+    // register per token until the block ends (kPairSums16), leaving room
+    // for more tokens.
     static constexpr int kNr32Int8 = 4, kNr32Int8Small = 6, kNr32Int16 = 3, kNrKInt8 = 3,
                          kNrKInt16 = 2;
     static constexpr int kFloatMr = 2, kFloatNr = 4;

@@ -91,6 +91,23 @@ HR_KERNEL_INLINE typename V::I abs_if_signed(typename V::I w) {
 
 // ---- per-block arithmetic, shared by the panel and the direct (decode) paths --
 
+// s[t] = the int16 sum of the multiply-add pair sums of vectors w[0, G) with
+// the activations at tok[t].qs + at (4 per vector), for backends with
+// V::kPairSums16. Exact while G pair sums fit int16: the callers bound the
+// weight levels.
+template <class V, int NR, int G>
+HR_KERNEL_INLINE void pair_sums16(const typename V::I* w, const Tok* tok, int64_t at,
+                                  typename V::I* s) {
+#pragma GCC unroll 8
+    for (int k = 0; k < G; ++k) {
+#pragma GCC unroll 8
+        for (int t = 0; t < NR; ++t) {
+            const typename V::I p = V::pairs16(w[k], V::bcast32(tok[t].qs + at + 4 * k));
+            s[t] = V::pin(k == 0 ? p : V::add16(s[t], p));
+        }
+    }
+}
+
 // One block of a 32-element type for NR tokens: exact integer sums, then
 // acc = fma(isum, dw * da, acc) (and, with a min, acc = fma(mw, da * asum, acc)).
 template <class V, TensorType T, int NR, bool kI16>
@@ -111,17 +128,10 @@ HR_KERNEL_INLINE void block_32(const typename V::I* w, typename V::F dw, typenam
         // G = 8 pairs sum to at most 30480, G = 4 to 31496, short of 2^15, so
         // the sums are exact and the same integers as widening every pair.
         constexpr int G = Read32<V, T>::kFive ? 4 : 8;
-#pragma GCC unroll 8
+#pragma GCC unroll 2
         for (int g = 0; g < 8; g += G) {
             I s[NR];
-#pragma GCC unroll 8
-            for (int k = g; k < g + G; ++k) {
-#pragma GCC unroll 8
-                for (int t = 0; t < NR; ++t) {
-                    const I p = V::pairs16(w[k], V::bcast32(tok[t].qs + 32 * blk + 4 * k));
-                    s[t] = V::pin(k == g ? p : V::add16(s[t], p));
-                }
-            }
+            pair_sums16<V, NR, G>(w + g, tok, 32 * blk + 4 * g, s);
             for (int t = 0; t < NR; ++t) ia[t] = V::widen16(ia[t], s[t]);
         }
     } else if constexpr (NR == 1 && !kI16) {
@@ -169,18 +179,10 @@ HR_KERNEL_INLINE void sub_q45(const typename V::I* w, typename V::I sc, const To
         // halves of each lane (<= 63) widens and scales them at once.
         constexpr int G = kFive ? 4 : 8;
         const I sc2 = V::or_(sc, V::template sll<16>(sc));
-#pragma GCC unroll 8
+#pragma GCC unroll 2
         for (int g = 0; g < 8; g += G) {
             I p16[NR];
-#pragma GCC unroll 8
-            for (int k = g; k < g + G; ++k) {
-#pragma GCC unroll 8
-                for (int t = 0; t < NR; ++t) {
-                    const I p =
-                        V::pairs16(w[k], V::bcast32(tok[t].qs + 256 * blk + 32 * s + 4 * k));
-                    p16[t] = V::pin(k == g ? p : V::add16(p16[t], p));
-                }
-            }
+            pair_sums16<V, NR, G>(w + g, tok, 256 * blk + 32 * s + 4 * g, p16);
             for (int t = 0; t < NR; ++t) S[t] = V::dot_s16(S[t], p16[t], sc2);
         }
         return;

@@ -106,11 +106,11 @@ void add_bench_serve_subcommand(CLI::App& bench) {
         const Dist gen_dist = parse_dist(o->gen_len, "--gen-len");
         if (o->concurrency == 0 || o->n_requests == 0)
             fail("--requests and --concurrency must be at least 1");
-        LoadedModel lm = load_model(o->engine.model);
         RunnerOptions ro = runner_options(o->engine, std::max<uint32_t>(16, o->concurrency));
-        Ledger ledger;
-        Runner runner(*lm.model, lm.desc, ro, ledger);
-        Runner::prefault_weights(*lm.model, !o->json);
+        LoadedModel lm = load_model(o->engine.model, {ro.config.n_threads});
+        Runner runner(*lm.model, lm.desc, ro, *lm.backend);
+        lm.backend->make_resident(!o->json);
+        Ledger& ledger = *lm.host_ledger;
         EngineMetrics metrics;
         Engine engine(runner, *lm.tokenizer, metrics);
 

@@ -30,6 +30,7 @@
 #include "core/region.h"
 #include "core/thread-pool.h"
 #include "core/units.h"
+#include "kernels/cpu/cpu-backend.h"
 #include "memory/kv-cache.h"
 
 namespace headroom::cli {
@@ -90,7 +91,7 @@ double measure_read_bandwidth_gbps(ThreadPool& pool, const Region& buf, int reps
 // Bytes of weights one decode step reads: every matrix once, one embedding row.
 uint64_t weights_read_per_token(const Model& model) {
     const auto& w = model.weights();
-    auto bytes = [](const kernels::Matrix& m) {
+    auto bytes = [](const kernels::Weight& m) {
         return m.row_bytes * static_cast<uint64_t>(m.n_rows);
     };
     uint64_t n = bytes(w.output) + w.tok_embd.row_bytes;
@@ -114,13 +115,13 @@ struct Opts {
 };
 
 void run_bench(const Opts& o) {
-    const LoadedModel lm = load_model(o.engine.model);
-    const Model& model = *lm.model;
-    const HParams& hp = model.hparams();
     if (o.n_prompt == 0 && o.n_gen == 0) fail("bench: -p and -n are both 0, nothing to measure");
     if (o.reps < 1) fail("bench: -r {} must be at least 1", o.reps);
-
     RunnerOptions ro = runner_options(o.engine, 1);
+    const LoadedModel lm = load_model(o.engine.model, {ro.config.n_threads});
+    const Model& model = *lm.model;
+    const HParams& hp = model.hparams();
+
     ro.prefix_caching = false;  // every repetition computes its prompt
     const uint32_t n_ctx = o.n_prompt + o.n_gen + 1;
     if (ro.config.max_model_len == 0) ro.config.max_model_len = n_ctx;
@@ -135,10 +136,10 @@ void run_bench(const Opts& o) {
         probe.kv_cache_bytes = 1;
         ro.budget.kv_cache_bytes = plan_memory(lm.desc, ro.config, probe).kv_bytes_per_seq;
     }
-    Ledger ledger;
-    Runner runner(model, lm.desc, ro, ledger);
-    Runner::prefault_weights(model, !o.json);
-    const int n_threads = runner.pool().n_threads();
+    Runner runner(model, lm.desc, ro, *lm.backend);
+    lm.backend->make_resident(!o.json);
+    auto& cpu = dynamic_cast<kernels::CpuBackend&>(*lm.backend);
+    const int n_threads = cpu.pool().n_threads();
     // The bandwidth is measured next to each decode phase: another tenant's
     // load changes it within seconds on a shared machine.
     Region probe_buf;
@@ -170,9 +171,8 @@ void run_bench(const Opts& o) {
         }
         const double pp_s = seconds_since(t0);
         auto measure = [&] {
-            return probe && n_gen
-                       ? measure_read_bandwidth_gbps(runner.pool(), probe_buf, kProbePasses)
-                       : 0.0;
+            return probe && n_gen ? measure_read_bandwidth_gbps(cpu.pool(), probe_buf, kProbePasses)
+                                  : 0.0;
         };
         const double before = measure();
         const auto t1 = Clock::now();
@@ -218,7 +218,7 @@ void run_bench(const Opts& o) {
     const Stats pps = stats(pp), tgs = stats(tg), fracs = stats(frac);
     const double tg_gbps = tgs.mean * step_bytes / 1e9;
     const double bandwidth = stats(bw).mean;
-    const std::string isa = runner.ops().name;
+    const std::string isa = cpu.ops().name;
     const std::string precision(kernels::name(ro.act_precision));
 
     if (o.json) {

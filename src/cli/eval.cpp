@@ -69,7 +69,8 @@ void add_eval_command(CLI::App& app) {
         "Write the scored token ids here: int32, one per position (what -f tokenized to)");
     cmd->add_option("--ctx", o->ctx, "Window size in tokens (default: all tokens in one window)");
     cmd->callback([o] {
-        const LoadedModel lm = load_model(o->engine.model);
+        RunnerOptions ro = runner_options(o->engine, 1);
+        const LoadedModel lm = load_model(o->engine.model, {ro.config.n_threads});
         const Model* model = lm.model.get();
         const ModelDesc& desc = lm.desc;
         std::vector<int32_t> tokens;
@@ -90,7 +91,6 @@ void add_eval_command(CLI::App& app) {
             if (static_cast<uint32_t>(t) >= n_vocab)
                 fail("--tokens: id {} is outside the vocabulary of {}", t, n_vocab);
         const uint32_t ctx = o->ctx ? o->ctx : static_cast<uint32_t>(tokens.size());
-        RunnerOptions ro = runner_options(o->engine, 1);
         if (ro.config.max_model_len == 0) ro.config.max_model_len = ctx;
         if (ro.config.max_model_len < ctx)
             fail("--ctx {} exceeds --max-model-len {}", ctx, ro.config.max_model_len);
@@ -98,9 +98,8 @@ void add_eval_command(CLI::App& app) {
             ro.config.max_num_batched_tokens = std::min<uint32_t>(ctx, 512);
         ro.config.max_logit_rows = ro.config.max_num_batched_tokens;
         ro.prefix_caching = false;
-        Ledger ledger;
-        Runner runner(*model, desc, ro, ledger);
-        Runner::prefault_weights(*model, true);
+        Runner runner(*model, desc, ro, *lm.backend);
+        lm.backend->make_resident(true);
 
         std::unique_ptr<FILE, int (*)(FILE*)> out(nullptr, &std::fclose);
         if (!o->logits_out.empty()) {

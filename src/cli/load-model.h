@@ -1,26 +1,39 @@
-// Loading a model for the commands that run one: the mapped file, the
-// forward pass, the tokenizer, and the description the byte accounting
+// Loading a model for the commands that run one: the backend that will run
+// it (with the host's ledger), the mapped file, the forward pass with its
+// weights uploaded, the tokenizer, and the description the byte accounting
 // uses (with the loaded tokenizer's real size).
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "core/ledger.h"
 #include "format/gguf-reader.h"
+#include "kernels/backend.h"
 #include "memory/terms.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace headroom::cli {
 
+struct BackendOptions {
+    uint32_t n_threads = 0;  // CPU workers; 0: one per physical core
+};
+
+// Members are destroyed in reverse order: the model before the backend it
+// holds weights in, the backend before the ledger it counts in.
 struct LoadedModel {
+    std::unique_ptr<Ledger> host_ledger;
+    std::unique_ptr<kernels::Backend> backend;
     std::unique_ptr<gguf::GgufFile> file;
     std::unique_ptr<Model> model;
     std::unique_ptr<Tokenizer> tokenizer;
     ModelDesc desc;
 };
 
+std::unique_ptr<kernels::Backend> make_backend(const BackendOptions& options, Ledger& host);
+
 // Throws headroom::Error with one clear line for any problem.
-LoadedModel load_model(const std::string& path_or_name);
+LoadedModel load_model(const std::string& path_or_name, const BackendOptions& options = {});
 
 }  // namespace headroom::cli

@@ -206,11 +206,11 @@ void add_run_command(CLI::App& app) {
             ss << in.rdbuf();
             o->prompt = ss.str();
         }
-        LoadedModel lm = load_model(o->engine.model);
         RunnerOptions ro = runner_options(o->engine, 1);
-        Ledger ledger;
-        Runner runner(*lm.model, lm.desc, ro, ledger);
-        Runner::prefault_weights(*lm.model, !o->quiet);
+        LoadedModel lm = load_model(o->engine.model, {ro.config.n_threads});
+        Runner runner(*lm.model, lm.desc, ro, *lm.backend);
+        lm.backend->make_resident(!o->quiet);
+        Ledger& ledger = *lm.host_ledger;
         EngineMetrics metrics;
         Engine engine(runner, *lm.tokenizer, metrics);
         const uint32_t max_len = runner.plan().config.max_model_len;

@@ -140,11 +140,11 @@ void serve(ServeOptions& o) {
     fmt::print(stderr, "headroom serve: listening on http://{}:{} (loading {})\n", sc.host,
                http.port(), o.engine.model);
 
-    LoadedModel lm = load_model(o.engine.model);
     const RunnerOptions ro = runner_options(o.engine, 32);
-    Ledger ledger;
-    Runner runner(*lm.model, lm.desc, ro, ledger);
-    Runner::prefault_weights(*lm.model, !o.quiet);
+    LoadedModel lm = load_model(o.engine.model, {ro.config.n_threads});
+    Runner runner(*lm.model, lm.desc, ro, *lm.backend);
+    lm.backend->make_resident(!o.quiet);
+    Ledger& ledger = *lm.host_ledger;
     const ChatTemplate chat_template = ChatTemplate::from_gguf(*lm.file);
     EngineMetrics metrics;
     Engine engine(runner, *lm.tokenizer, metrics);

@@ -1,19 +1,20 @@
 // The runner: everything one model needs to run, sized once at start-up
 // from the byte accounting (memory/terms.h) and never resized: the KV pool,
-// the activation arena, the worker threads. It turns a batch into one
-// forward pass and keeps the ledger current. It decides nothing: which
-// tokens run is the scheduler's business.
+// the activation arena (its device part in the backend, its host staging
+// here), the step view's storage. It turns a batch into one step of the
+// backend and keeps the ledgers current. It decides nothing: which tokens
+// run is the scheduler's business.
 #pragma once
 
 #include <memory>
+#include <vector>
 
+#include "core/ledger.h"
 #include "core/region.h"
-#include "core/thread-pool.h"
-#include "kernels/kernels.h"
+#include "engine/batch.h"
+#include "kernels/backend.h"
 #include "memory/kv-cache.h"
-#include "memory/ledger.h"
 #include "memory/terms.h"
-#include "model/batch.h"
 #include "model/model.h"
 
 namespace headroom {
@@ -31,38 +32,40 @@ class Runner {
     // Plans memory with `desc` (whose tokenizer_bytes should be the loaded
     // tokenizer's), refuses a configuration that cannot serve one sequence
     // of max_model_len (headroom::Error carrying the plan's refusal), then
-    // reserves every term in the ledger and allocates the pool and arena.
-    Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& options, Ledger& ledger);
+    // takes the KV region and the arena from `backend` (which holds the
+    // model's weights) and reserves the runtime in the host ledger.
+    Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& options,
+           kernels::Backend& backend);
+    ~Runner();
 
     const MemoryPlan& plan() const { return plan_; }
     KvCache& cache() { return *cache_; }
     const KvCache& cache() const { return *cache_; }
-    ThreadPool& pool() { return pool_; }
     const Model& model() const { return model_; }
-    const kernels::Ops& ops() const { return ops_; }
-    Ledger& ledger() { return ledger_; }
+    kernels::Backend& backend() { return backend_; }
+    // The device's ledger (the host's on the CPU).
+    Ledger& ledger() { return backend_.ledger(); }
 
     // Runs one forward pass. Returns the logits, (batch.logit_tokens.size(),
-    // n_vocab), valid until the next call. Precondition: the batch fits the
-    // arena (n_tokens <= max_num_batched_tokens, logit rows <= max_logit_rows)
-    // and the cache has grown for its tokens.
+    // n_vocab) in host memory, valid until the next call. Precondition: the
+    // batch fits the arena (n_tokens <= max_num_batched_tokens, logit rows <=
+    // max_logit_rows) and the cache has grown for its tokens.
     float* forward(const Batch& batch);
     float* sampler_scratch() const { return sampler_scratch_; }
-
-    // Touches every page of the weights so they are resident before the
-    // first request (and RSS shows them). Reports progress on stderr if asked.
-    static void prefault_weights(const Model& model, bool progress);
+    // The view the last forward() ran (tests).
+    const kernels::StepView& last_step() const { return step_; }
 
   private:
     const Model& model_;
     MemoryPlan plan_;
-    Ledger& ledger_;
-    const kernels::Ops& ops_;
-    ThreadPool pool_;
+    kernels::Backend& backend_;
     std::unique_ptr<KvCache> cache_;
-    Region arena_;
+    kernels::DeviceBuffer arena_;  // the device part
+    Region staging_;               // host staging
     ForwardBuffers buffers_;
     float* sampler_scratch_ = nullptr;
+    std::vector<uint32_t> step_words_;  // capacity reserved for the largest step
+    kernels::StepView step_;
 };
 
 }  // namespace headroom

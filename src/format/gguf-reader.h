@@ -81,6 +81,11 @@ class GgufFile {
     const std::vector<TensorInfo>& tensors() const { return tensors_; }
     const TensorInfo* find_tensor(std::string_view name) const;
     uint64_t tensor_bytes_total() const;
+    // The tensor data: from the data section's start to the end of the file.
+    std::span<const uint8_t> data_section() const {
+        return data_offset_ < bytes_.size() ? bytes_.subspan(data_offset_)
+                                            : std::span<const uint8_t>{};
+    }
 
   private:
     GgufFile() = default;

@@ -1,8 +1,8 @@
-// The kernel interface the forward pass calls. Each backend (the scalar
-// reference in cpu/ref, AVX2 and AVX-512 in cpu/x86, later CUDA) fills one
-// table of functions; ops() picks the best one this CPU supports at start-up
-// (HEADROOM_ISA=ref|avx2|avx512 overrides). The reference is the spec:
-// every fast kernel is tested against it.
+// The CPU's kernel tables, behind the CPU backend (kernels/cpu/cpu-backend.h).
+// Each instruction set (the scalar reference in cpu/ref, AVX2 and AVX-512 in
+// cpu/x86) fills one table of functions; ops() picks the best one this CPU
+// supports at start-up (HEADROOM_ISA=ref|avx2|avx512 overrides). The
+// reference is the spec: every fast kernel is tested against it.
 //
 // Conventions: activations are f32 and row-major, one row per token;
 // weights are rows of a GGUF tensor (ne[0] = n_cols contiguous elements in
@@ -16,12 +16,12 @@
 #include <string_view>
 
 #include "format/tensor-type.h"
-#include "memory/kv-dtype.h"
+#include "kernels/kv-dtype.h"
+#include "kernels/kv-layout.h"
+#include "kernels/step-view.h"
 
 namespace headroom {
 class ThreadPool;
-class KvCache;
-struct SeqKv;
 }  // namespace headroom
 
 namespace headroom::kernels {
@@ -90,16 +90,18 @@ struct RopeArgs {
     RopeMode mode = RopeMode::Normal;
 };
 
-// One forward call's attention for one layer: every token of the batch
-// attends, causally, to its own sequence's cached keys and values.
+// One forward call's attention for one layer: every token of the step
+// attends, causally, to its own sequence's cached keys and values, found
+// through the step's block tables in the KV region at kv_base.
 struct AttentionArgs {
     const float* q = nullptr;  // (n_tokens, n_head, head_dim_k)
     float* out = nullptr;      // (n_tokens, n_head, head_dim_v)
     int64_t n_tokens = 0;
-    const uint32_t* positions = nullptr;     // (n_tokens)
-    const uint32_t* seq_of_token = nullptr;  // (n_tokens) index into seqs
-    std::span<const SeqKv* const> seqs;
-    const KvCache* cache = nullptr;
+    const uint32_t* positions = nullptr;     // (n_tokens) step->positions()
+    const uint32_t* seq_of_token = nullptr;  // (n_tokens) step->seq_of_token()
+    const StepView* step = nullptr;
+    const KvLayout* kv = nullptr;
+    const uint8_t* kv_base = nullptr;  // the region's host address
     uint32_t layer = 0;
     uint32_t n_head = 0;
     uint32_t n_head_kv = 0;

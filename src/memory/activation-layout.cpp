@@ -19,7 +19,7 @@ uint64_t align_up(uint64_t n) {
 }  // namespace
 
 ActivationLayout plan_activations(const HParams& hp, uint32_t n_tokens, uint32_t n_logit_rows,
-                                  uint32_t n_threads) {
+                                  uint32_t n_threads, bool host_device) {
     ActivationLayout a;
     a.n_tokens = n_tokens;
     a.n_logit_rows = n_logit_rows;
@@ -56,8 +56,12 @@ ActivationLayout plan_activations(const HParams& hp, uint32_t n_tokens, uint32_t
     a.scratch_per_thread_bytes = kernels::thread_scratch_bytes(
         max_in, max_head, hp.n_head_kv ? hp.n_head / hp.n_head_kv : 1);
     take(a.thread_scratch, a.scratch_per_thread_bytes * n_threads);
+    a.device_bytes = at;
+    at = 0;
+    take(a.logits_host, host_device ? 0 : a.logits.size_bytes);
     take(a.sampler, uint64_t{hp.n_vocab} * 16);
-    a.total_bytes = at;
+    a.staging_bytes = at;
+    a.total_bytes = a.device_bytes + a.staging_bytes;
     return a;
 }
 

@@ -1,7 +1,10 @@
 // The activation arena: every buffer one forward step needs, laid out once
 // from the model's shape and the largest step (max_num_batched_tokens tokens,
-// max_logit_rows rows of logits). The byte accounting sums it; the runner
-// carves its buffers from it at these offsets. Nothing here grows with the
+// max_logit_rows rows of logits). It has two parts: the device part, what
+// the backend's kernels read and write (in its device's memory), and host
+// staging, what the host reads each step (the logits rows downloaded from a
+// device, the sampler's scratch). The byte accounting sums both; the runner
+// carves its buffers from them at these offsets. Nothing here grows with the
 // context length: attention is flash-style over KV blocks, with only
 // per-thread tiles.
 #pragma once
@@ -35,12 +38,17 @@ struct ActivationLayout {
     ArenaBuffer logits;          // (n_logit_rows, n_vocab)
     ArenaBuffer thread_scratch;  // n_threads × scratch_per_thread_bytes
     uint64_t scratch_per_thread_bytes = 0;
-    ArenaBuffer sampler;  // (n_vocab) × (prob, index, mark, raw logit) for sampling
-    uint64_t total_bytes = 0;
+    uint64_t device_bytes = 0;  // the buffers above
+    // Host staging; offsets from its start.
+    ArenaBuffer logits_host;  // (n_logit_rows, n_vocab) when the device is not the host, else empty
+    ArenaBuffer sampler;      // (n_vocab) × (prob, index, mark, raw logit) for sampling
+    uint64_t staging_bytes = 0;
+    uint64_t total_bytes = 0;  // device_bytes + staging_bytes
 };
 
-// Buffers are 64-byte aligned.
+// Buffers are 64-byte aligned. `host_device`: the kernels run in host memory
+// (the CPU backend), which reads its logits in place.
 ActivationLayout plan_activations(const HParams& hp, uint32_t n_tokens, uint32_t n_logit_rows,
-                                  uint32_t n_threads);
+                                  uint32_t n_threads, bool host_device = true);
 
 }  // namespace headroom

@@ -9,12 +9,10 @@
 
 namespace headroom {
 
-KvBlockPool::KvBlockPool(uint32_t n_blocks, uint32_t block_size, uint64_t block_bytes,
-                         uint8_t* data)
+KvBlockPool::KvBlockPool(uint32_t n_blocks, uint32_t block_size, uint64_t block_bytes)
     : n_blocks_(n_blocks),
       block_size_(block_size),
       block_bytes_(block_bytes),
-      data_(data),
       ref_(n_blocks, 0),
       hashed_(n_blocks, 0),
       hash_(n_blocks, 0),

@@ -1,7 +1,8 @@
 // The KV block pool of one layer group: n_blocks fixed-size blocks of
-// block_size tokens (K and V of every layer in the group) carved from one
-// region taken at start-up. Every operation is O(1) and nothing is
-// allocated after construction:
+// block_size tokens (K and V of every layer in the group). The pool owns
+// block ids, refcounts and hashes, nothing else: where a block's bytes are
+// is the KV layout's business (kernels/kv-layout.h). Every operation is O(1)
+// and nothing is allocated after construction:
 //  - a block is in use while its refcount is > 0 (sequences sharing a
 //    cached prefix hold the same block);
 //  - a free block that has a hash (a full block whose tokens are known) goes
@@ -24,7 +25,7 @@ namespace headroom {
 
 class KvBlockPool {
   public:
-    KvBlockPool(uint32_t n_blocks, uint32_t block_size, uint64_t block_bytes, uint8_t* data);
+    KvBlockPool(uint32_t n_blocks, uint32_t block_size, uint64_t block_bytes);
 
     uint32_t n_blocks() const { return n_blocks_; }
     uint32_t block_size() const { return block_size_; }
@@ -50,10 +51,6 @@ class KvBlockPool {
     bool publish(int32_t block, uint64_t hash, std::span<const int32_t> tokens);
     bool is_published(int32_t block) const { return hashed_[block] != 0; }
 
-    uint8_t* data(int32_t block) const {
-        return data_ + static_cast<uint64_t>(block) * block_bytes_;
-    }
-
     // For tests: every structure agrees with every other. Returns "" or what is wrong.
     std::string check_invariants() const;
 
@@ -67,7 +64,6 @@ class KvBlockPool {
     uint32_t n_blocks_;
     uint32_t block_size_;
     uint64_t block_bytes_;
-    uint8_t* data_;
 
     std::vector<int32_t> ref_;
     std::vector<uint8_t> hashed_;

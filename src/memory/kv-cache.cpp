@@ -4,7 +4,6 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 
 #include "core/check.h"
@@ -16,32 +15,46 @@ uint64_t chain_hash(uint64_t previous, std::span<const int32_t> tokens) {
     return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), previous);
 }
 
-KvCache::KvCache(const MemoryPlan& plan, const HParams& hp, bool enable_prefix_caching)
+KvCache::KvCache(const MemoryPlan& plan, const HParams& hp, bool enable_prefix_caching,
+                 kernels::Backend& backend)
     : groups_(plan.kv_groups),
       layer_group_(hp.n_layer, 0),
       layer_index_(hp.n_layer, 0),
       block_size_(plan.config.block_size),
-      n_head_kv_(hp.n_head_kv),
-      dtype_(plan.config.kv_dtype),
+      max_blocks_per_table_((plan.config.max_model_len + plan.config.block_size - 1) /
+                            plan.config.block_size),
       prefix_caching_(enable_prefix_caching),
-      region_(plan.kv_cache_bytes, "KV cache") {
-    const TensorType t = tensor_type(dtype_);
-    k_row_bytes_ = row_bytes(t, hp.head_dim_k);
-    v_row_bytes_ = row_bytes(t, hp.head_dim_v);
-    layer_bytes_ = uint64_t{n_head_kv_} * block_size_ * (k_row_bytes_ + v_row_bytes_);
+      backend_(backend),
+      region_(backend, Term::KvCache, plan.kv_cache_bytes, "KV cache") {
+    kernels::KvLayout& l = layout_;
+    l.base = region_.ptr();
+    l.dtype = plan.config.kv_dtype;
+    l.block_size = block_size_;
+    l.n_head_kv = hp.n_head_kv;
+    l.head_dim_k = hp.head_dim_k;
+    l.head_dim_v = hp.head_dim_v;
+    const TensorType t = tensor_type(l.dtype);
+    l.k_row_bytes = row_bytes(t, hp.head_dim_k);
+    l.v_row_bytes = row_bytes(t, hp.head_dim_v);
+    l.layer_bytes = uint64_t{l.n_head_kv} * block_size_ * (l.k_row_bytes + l.v_row_bytes);
+    l.group_of_layer.assign(hp.n_layer, 0);
+    l.index_in_group.assign(hp.n_layer, 0);
     uint64_t offset = 0;
     for (size_t g = 0; g < groups_.size(); ++g) {
         const KvGroupPlan& gp = groups_[g];
         if (gp.kind == AttentionKind::Latent)
             fail("latent (MLA) attention is planned but not run by this engine");
-        HR_CHECK(gp.block_bytes == gp.layers.size() * layer_bytes_);
+        HR_CHECK(gp.block_bytes == gp.layers.size() * l.layer_bytes);
         for (uint32_t i = 0; i < gp.layers.size(); ++i) {
             layer_group_[gp.layers[i]] = g;
             layer_index_[gp.layers[i]] = i;
+            l.group_of_layer[gp.layers[i]] = static_cast<uint32_t>(g);
+            l.index_in_group[gp.layers[i]] = i;
         }
+        l.group_offset_bytes.push_back(offset);
+        l.group_block_bytes.push_back(gp.block_bytes);
         pools_.push_back(std::make_unique<KvBlockPool>(static_cast<uint32_t>(gp.n_blocks),
-                                                       block_size_, gp.block_bytes,
-                                                       region_.data() + offset));
+                                                       block_size_, gp.block_bytes));
         offset += gp.n_blocks * gp.block_bytes;
     }
     HR_CHECK(offset == plan.kv_cache_bytes);
@@ -68,8 +81,8 @@ uint64_t KvCache::n_blocks_used() const {
 uint32_t KvCache::first_needed_pos(size_t g, uint32_t n_tokens) const {
     const KvGroupPlan& gp = groups_[g];
     if (gp.kind != AttentionKind::SlidingWindow) return 0;
-    // A query at position p sees keys p - window + 1 .. p.
-    return n_tokens + 1 > gp.window ? n_tokens + 1 - gp.window : 0;
+    // The first key a query at position n_tokens (the next one) sees.
+    return kernels::first_visible(n_tokens, gp.window);
 }
 
 uint32_t KvCache::blocks_held_for(size_t g, uint32_t n_tokens) const {
@@ -137,9 +150,15 @@ bool KvCache::grow(SeqKv& seq, uint32_t n_new) {
     return true;
 }
 
+void KvCache::reserve_tables(SeqKv& seq) const {
+    seq.tables.resize(pools_.size());
+    for (auto& t : seq.tables) t.reserve(max_blocks_per_table_ + 1);
+}
+
 uint32_t KvCache::attach_prefix(SeqKv& seq, std::span<const int32_t> prompt) {
     HR_CHECK(seq.n_tokens == 0);
-    seq.tables.assign(pools_.size(), {});
+    reserve_tables(seq);
+    for (auto& t : seq.tables) t.clear();
     if (!prefix_caching_ || prompt.size() < 2) return 0;
     const uint32_t max_blocks = static_cast<uint32_t>((prompt.size() - 1) / block_size_);
     // Hashes of the candidate blocks, and how far every full-attention group hits.
@@ -241,8 +260,10 @@ bool KvCache::fork(const SeqKv& parent, SeqKv& child) {
         for (size_t i = 0; i < table.size(); ++i) {
             if (table[i] < 0) continue;
             if (partial && i + 1 == table.size()) {
-                std::memcpy(pools_[g]->data(copies[g]), pools_[g]->data(table[i]),
-                            pools_[g]->block_bytes());
+                const uint64_t bb = layout_.group_block_bytes[g];
+                const kernels::DevPtr group = layout_.base + layout_.group_offset_bytes[g];
+                backend_.copy_block(group + static_cast<uint64_t>(copies[g]) * bb,
+                                    group + static_cast<uint64_t>(table[i]) * bb, bb);
                 table[i] = copies[g];
             } else {
                 pools_[g]->retain(table[i]);
@@ -252,29 +273,10 @@ bool KvCache::fork(const SeqKv& parent, SeqKv& child) {
     return true;
 }
 
-uint8_t* KvCache::k_block(int32_t block, uint32_t layer, uint32_t h) const {
-    const size_t g = layer_group_[layer];
-    return pools_[g]->data(block) + layer_index_[layer] * layer_bytes_ +
-           uint64_t{h} * block_size_ * k_row_bytes_;
-}
-
-uint8_t* KvCache::v_block(int32_t block, uint32_t layer, uint32_t h) const {
-    const size_t g = layer_group_[layer];
-    return pools_[g]->data(block) + layer_index_[layer] * layer_bytes_ +
-           uint64_t{n_head_kv_} * block_size_ * k_row_bytes_ +
-           uint64_t{h} * block_size_ * v_row_bytes_;
-}
-
-uint8_t* KvCache::k_row(const SeqKv& seq, uint32_t layer, uint32_t h, uint32_t pos) const {
-    const int32_t block = seq.tables[layer_group_[layer]][pos / block_size_];
+int32_t KvCache::slot(const SeqKv& seq, size_t g, uint32_t pos) const {
+    const int32_t block = seq.tables[g][pos / block_size_];
     HR_DCHECK(block >= 0);
-    return k_block(block, layer, h) + uint64_t{pos % block_size_} * k_row_bytes_;
-}
-
-uint8_t* KvCache::v_row(const SeqKv& seq, uint32_t layer, uint32_t h, uint32_t pos) const {
-    const int32_t block = seq.tables[layer_group_[layer]][pos / block_size_];
-    HR_DCHECK(block >= 0);
-    return v_block(block, layer, h) + uint64_t{pos % block_size_} * v_row_bytes_;
+    return block * static_cast<int32_t>(block_size_) + static_cast<int32_t>(pos % block_size_);
 }
 
 std::string KvCache::check_invariants(std::span<const SeqKv* const> live) const {

@@ -1,12 +1,10 @@
 // The KV cache: one block pool per layer group (full-attention layers,
-// sliding-window layers), carved from one region, plus each sequence's block
-// tables. The scheduler asks can_grow()/grow() before it schedules tokens;
-// the runner writes and reads K and V through the tables; the engine frees
-// a sequence's blocks when it finishes or is preempted.
-//
-// Block layout (one group, `n_layers` layers, rows in the KV dtype):
-//   [layer][K, V][kv_head][slot in block][head_dim]
-// so one head's keys for a block are contiguous: attention streams them.
+// sliding-window layers), whose blocks live in one region of the backend's
+// memory, plus each sequence's block tables. This is KV *ownership*; how a
+// block is addressed is the layout (kernels/kv-layout.h), which the backend's
+// kernels read with a step's view of the tables. The scheduler asks
+// can_grow()/grow() before it schedules tokens; the engine frees a
+// sequence's blocks when it finishes or is preempted.
 //
 // Prefix caching: block i of a sequence is identified by the chained hash
 // h_i = xxh3(tokens of block i, seed h_{i-1}); full blocks are published
@@ -21,7 +19,8 @@
 #include <span>
 #include <vector>
 
-#include "core/region.h"
+#include "kernels/backend.h"
+#include "kernels/kv-layout.h"
 #include "memory/kv-block-pool.h"
 #include "memory/terms.h"
 
@@ -42,8 +41,10 @@ struct PrefixCacheStats {
 
 class KvCache {
   public:
-    // Takes the pool region (the plan's kv_cache_bytes) and builds one pool per group.
-    KvCache(const MemoryPlan& plan, const HParams& hp, bool enable_prefix_caching);
+    // Takes the region (the plan's kv_cache_bytes) from the backend and builds
+    // one pool per group.
+    KvCache(const MemoryPlan& plan, const HParams& hp, bool enable_prefix_caching,
+            kernels::Backend& backend);
 
     uint32_t block_size() const { return block_size_; }
     size_t n_groups() const { return pools_.size(); }
@@ -56,6 +57,8 @@ class KvCache {
     // Blocks in use and allocatable, summed over groups.
     uint64_t used_bytes() const;
     uint64_t capacity_bytes() const { return region_.size_bytes(); }
+    // Where the blocks are: what the backend's kernels read.
+    const kernels::KvLayout& layout() const { return layout_; }
     uint64_t n_blocks_total() const;
     uint64_t n_blocks_used() const;
 
@@ -71,17 +74,21 @@ class KvCache {
     // Blocks one sequence of `n_tokens` holds at once in group g.
     uint32_t blocks_held_for(size_t g, uint32_t n_tokens) const;
 
-    // For a new (empty) sequence: attaches the longest cached prefix of
-    // `prompt` (whole blocks, at most prompt.size() - 1 tokens). Returns the
-    // number of tokens attached; seq.n_tokens is set to it.
+    // Makes room in seq's block tables for max_model_len tokens, so growing
+    // them never allocates (attach_prefix does it at admission).
+    void reserve_tables(SeqKv& seq) const;
+    // For a new (empty) sequence: reserves its tables and attaches the
+    // longest cached prefix of `prompt` (whole blocks, at most
+    // prompt.size() - 1 tokens). Returns the number of tokens attached;
+    // seq.n_tokens is set to it.
     uint32_t attach_prefix(SeqKv& seq, std::span<const int32_t> prompt);
     // Publishes the blocks that `tokens` (the sequence's tokens so far, at
     // least seq.n_tokens of them) have filled.
     void publish_full_blocks(SeqKv& seq, std::span<const int32_t> tokens);
     // Releases every block, tail first (so cached tails are evicted first).
     void free(SeqKv& seq);
-    // child shares parent's blocks; the last partial block is copied. Returns
-    // false (child unchanged) if no block is free for the copy.
+    // child shares parent's blocks; the last partial block is copied (by the
+    // backend). Returns false (child unchanged) if no block is free for the copy.
     bool fork(const SeqKv& parent, SeqKv& child);
 
     // Counts one admitted prompt: its length and the tokens attach_prefix found.
@@ -92,16 +99,10 @@ class KvCache {
     const PrefixCacheStats& prefix_stats() const { return prefix_stats_; }
     bool prefix_caching() const { return prefix_caching_; }
 
-    // Addresses of one token's K or V row (head `h`, layer `layer`) for
-    // position `pos` of `seq`. Precondition: the block is allocated.
-    uint8_t* k_row(const SeqKv& seq, uint32_t layer, uint32_t h, uint32_t pos) const;
-    uint8_t* v_row(const SeqKv& seq, uint32_t layer, uint32_t h, uint32_t pos) const;
-    // Start of head h's keys (block_size rows) in block `block` of a layer's group.
-    uint8_t* k_block(int32_t block, uint32_t layer, uint32_t h) const;
-    uint8_t* v_block(int32_t block, uint32_t layer, uint32_t h) const;
-    uint64_t k_row_bytes() const { return k_row_bytes_; }
-    uint64_t v_row_bytes() const { return v_row_bytes_; }
-    KvDtype dtype() const { return dtype_; }
+    KvDtype dtype() const { return layout_.dtype; }
+    // Slot of position `pos` of `seq` in the layer group g:
+    // block × block_size + pos % block_size. Precondition: the block is allocated.
+    int32_t slot(const SeqKv& seq, size_t g, uint32_t pos) const;
 
     // For tests.
     std::string check_invariants(std::span<const SeqKv* const> live) const;
@@ -113,12 +114,11 @@ class KvCache {
     std::vector<size_t> layer_group_;
     std::vector<uint32_t> layer_index_;
     uint32_t block_size_;
-    uint32_t n_head_kv_;
-    KvDtype dtype_;
-    uint64_t k_row_bytes_, v_row_bytes_;
-    uint64_t layer_bytes_;  // one layer's K and V in one block
+    uint32_t max_blocks_per_table_;  // table entries of a max_model_len sequence
     bool prefix_caching_;
-    Region region_;
+    kernels::Backend& backend_;
+    kernels::DeviceBuffer region_;
+    kernels::KvLayout layout_;
     std::vector<std::unique_ptr<KvBlockPool>> pools_;
     PrefixCacheStats prefix_stats_;
 };

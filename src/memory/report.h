@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/ledger.h"
 #include "memory/kv-cache.h"
-#include "memory/ledger.h"
 #include "memory/terms.h"
 
 namespace headroom {

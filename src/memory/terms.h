@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kv-dtype.h"
 #include "memory/activation-layout.h"
-#include "memory/kv-dtype.h"
 #include "model/hparams.h"
 
 namespace headroom {

@@ -10,7 +10,6 @@
 
 #include "core/error.h"
 #include "format/gguf-reader.h"
-#include "memory/kv-cache.h"
 #include "model/model.h"
 
 namespace headroom {
@@ -19,14 +18,17 @@ namespace {
 
 class LlamaModel final : public Model {
   public:
-    LlamaModel(const gguf::GgufFile& file, HParams hp) : Model(file, std::move(hp)) {
+    LlamaModel(const gguf::GgufFile& file, HParams hp, kernels::Backend& backend)
+        : Model(file, std::move(hp), backend) {
         const auto& h = hp_;
         const int64_t q_dim = int64_t{h.n_head} * h.head_dim_k;
         const int64_t k_dim = int64_t{h.n_head_kv} * h.head_dim_k;
         const int64_t v_dim = int64_t{h.n_head_kv} * h.head_dim_v;
         const int64_t attn_dim = int64_t{h.n_head} * h.head_dim_v;
         if (h.n_ff == 0) fail("{}: {}.feed_forward_length is missing", file.path(), h.arch);
-        w_.tok_embd = matrix("token_embd.weight", h.n_embd, h.n_vocab);
+        w_.tok_embd = matrix(
+            "token_embd.weight", h.n_embd, h.n_vocab,
+            h.tied_embeddings ? kernels::WeightUse::MatmulAndRows : kernels::WeightUse::Rows);
         w_.output = h.tied_embeddings ? w_.tok_embd : matrix("output.weight", h.n_embd, h.n_vocab);
         w_.output_norm = vector("output_norm.weight", h.n_embd);
         w_.rope_freqs = vector("rope_freqs.weight", h.n_rot / 2, false);
@@ -51,67 +53,59 @@ class LlamaModel final : public Model {
         }
     }
 
-    void forward(const Batch& batch, const KvCache& cache, const ForwardBuffers& buf,
-                 const kernels::Ops& ops) const override {
+    void forward(const kernels::StepView& step, const kernels::KvLayout& kv,
+                 const ForwardBuffers& buf, kernels::Backend& be) const override {
         const auto& h = hp_;
-        const auto T = static_cast<int64_t>(batch.n_tokens());
-        const int64_t q_dim = int64_t{h.n_head} * h.head_dim_k;
-        const int64_t k_dim = int64_t{h.n_head_kv} * h.head_dim_k;
-        const int64_t v_dim = int64_t{h.n_head_kv} * h.head_dim_v;
-        const int64_t attn_dim = int64_t{h.n_head} * h.head_dim_v;
+        const int64_t T = step.n_tokens;
         kernels::RopeArgs rope_q{
             h.n_head,
             h.head_dim_k,
             h.n_rot,
             h.rope_base,
             h.rope_scale,
-            w_.rope_freqs,
+            nullptr,
             h.rope_style == RopeStyle::NeoX ? kernels::RopeMode::NeoX : kernels::RopeMode::Normal};
         kernels::RopeArgs rope_k = rope_q;
         rope_k.n_head = h.n_head_kv;
-        kernels::AttentionArgs attn = attention_args(batch, cache, buf);
+        kernels::AttentionOp attn = attention_op(buf);
 
-        embed(batch, buf.x, 1.0f);
+        be.get_rows(w_.tok_embd, step, 1.0f, buf.x);
         for (uint32_t il = 0; il < h.n_layer; ++il) {
             const LayerWeights& l = w_.layers[il];
-            ops.rmsnorm(buf.x, l.attn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
-            project(buf.xb, T, h.n_embd, {&l.wq, &l.wk, &l.wv}, {buf.q, buf.k, buf.v}, ops,
-                    buf.ctx);
+            be.rmsnorm(buf.x, l.attn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb);
+            project(be, buf.xb, T, {&l.wq, &l.wk, &l.wv}, {buf.q, buf.k, buf.v});
             if (l.bq) {
-                for (int64_t t = 0; t < T; ++t) {
-                    ops.add(buf.q + t * q_dim, l.bq, q_dim, buf.ctx);
-                    ops.add(buf.k + t * k_dim, l.bk, k_dim, buf.ctx);
-                    ops.add(buf.v + t * v_dim, l.bv, v_dim, buf.ctx);
-                }
+                be.add_bias(buf.q, l.bq, T);
+                be.add_bias(buf.k, l.bk, T);
+                be.add_bias(buf.v, l.bv, T);
             }
             if (l.q_norm) {
-                ops.rmsnorm(buf.q, l.q_norm, 0.0f, h.rms_eps, T * h.n_head, h.head_dim_k, buf.q,
-                            buf.ctx);
-                ops.rmsnorm(buf.k, l.k_norm, 0.0f, h.rms_eps, T * h.n_head_kv, h.head_dim_k, buf.k,
-                            buf.ctx);
+                be.rmsnorm(buf.q, l.q_norm, 0.0f, h.rms_eps, T * h.n_head, h.head_dim_k, buf.q);
+                be.rmsnorm(buf.k, l.k_norm, 0.0f, h.rms_eps, T * h.n_head_kv, h.head_dim_k, buf.k);
             }
-            ops.rope(buf.q, T, batch.positions.data(), rope_q, buf.ctx);
-            ops.rope(buf.k, T, batch.positions.data(), rope_k, buf.ctx);
-            write_kv(batch, cache, il, buf.k, buf.v, ops);
+            be.rope(buf.q, step, rope_q, w_.rope_freqs);
+            be.rope(buf.k, step, rope_k, w_.rope_freqs);
+            be.store_kv(kv, il, step, buf.k, buf.v);
             attn.layer = il;
-            ops.attention(attn, buf.ctx);
-            project(buf.attn, T, attn_dim, {&l.wo}, {buf.xb}, ops, buf.ctx);
-            ops.add(buf.x, buf.xb, T * h.n_embd, buf.ctx);
+            be.attention(kv, step, attn);
+            project(be, buf.attn, T, {&l.wo}, {buf.xb});
+            be.add(buf.x, buf.xb, T * h.n_embd);
 
-            ops.rmsnorm(buf.x, l.ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb, buf.ctx);
-            project(buf.xb, T, h.n_embd, {&l.w_gate, &l.w_up}, {buf.gate, buf.up}, ops, buf.ctx);
-            ops.silu_mul(buf.gate, buf.up, T * h.n_ff, buf.ctx);
-            project(buf.gate, T, h.n_ff, {&l.w_down}, {buf.xb}, ops, buf.ctx);
-            ops.add(buf.x, buf.xb, T * h.n_embd, buf.ctx);
+            be.rmsnorm(buf.x, l.ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb);
+            project(be, buf.xb, T, {&l.w_gate, &l.w_up}, {buf.gate, buf.up});
+            be.silu_mul(buf.gate, buf.up, T * h.n_ff);
+            project(be, buf.gate, T, {&l.w_down}, {buf.xb});
+            be.add(buf.x, buf.xb, T * h.n_embd);
         }
-        output_logits(batch, buf, ops, 0.0f);
+        output_logits(step, buf, be, 0.0f);
     }
 };
 
 }  // namespace
 
-std::unique_ptr<Model> make_llama_model(const gguf::GgufFile& file, HParams hp) {
-    return std::make_unique<LlamaModel>(file, std::move(hp));
+std::unique_ptr<Model> make_llama_model(const gguf::GgufFile& file, HParams hp,
+                                        kernels::Backend& backend) {
+    return std::make_unique<LlamaModel>(file, std::move(hp), backend);
 }
 
 }  // namespace headroom

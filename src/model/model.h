@@ -1,12 +1,12 @@
-// A loaded model: hyperparameters, views of its weights in the mapped GGUF
-// file, and the forward pass of its architecture (one file per family:
-// llama.cpp covers llama / qwen2 / qwen3, gemma3.cpp covers gemma3).
+// A loaded model: hyperparameters, handles of its weights in a backend,
+// and the forward pass of its architecture (one file per family: llama.cpp
+// covers llama / qwen2 / qwen3, gemma3.cpp covers gemma3).
 //
-// forward() takes a batch of tokens from any number of sequences, writes
-// their K and V into the cache, and leaves logits for the batch's
-// logit_tokens in the arena's logits buffer. It allocates nothing: every
-// buffer is carved from the activation arena laid out by
-// memory/activation-layout.h.
+// forward() takes one step's view (tokens of any number of sequences, their
+// block tables), writes their K and V into the KV region, and leaves logits
+// for the step's logit rows in the arena's logits buffer. It calls only
+// backend ops and holds only handles: no pointer into weights, KV or
+// activations is dereferenced here.
 #pragma once
 
 #include <initializer_list>
@@ -14,10 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/region.h"
-#include "kernels/kernels.h"
-#include "memory/activation-layout.h"
-#include "model/batch.h"
+#include "kernels/backend.h"
 #include "model/hparams.h"
 
 namespace headroom {
@@ -25,106 +22,83 @@ namespace headroom {
 namespace gguf {
 class GgufFile;
 }
-class KvCache;
 
+using kernels::Weight;
+
+// Matrices are (n_rows, n_cols) = (out, in); vectors are f32.
 struct LayerWeights {
-    kernels::Matrix wq, wk, wv, wo;
-    kernels::Matrix w_gate, w_up, w_down;
-    const float* attn_norm = nullptr;  // (n_embd)
-    const float* ffn_norm = nullptr;   // (n_embd)
-    const float* bq = nullptr;         // qwen2 biases, or null
-    const float* bk = nullptr;
-    const float* bv = nullptr;
-    const float* q_norm = nullptr;  // (head_dim_k) qwen3, gemma3
-    const float* k_norm = nullptr;
-    const float* post_attn_norm = nullptr;  // (n_embd) gemma3
-    const float* post_ffn_norm = nullptr;
+    Weight wq, wk, wv, wo;
+    Weight w_gate, w_up, w_down;
+    Weight attn_norm;                      // (n_embd)
+    Weight ffn_norm;                       // (n_embd)
+    Weight bq, bk, bv;                     // qwen2 biases, or absent
+    Weight q_norm, k_norm;                 // (head_dim_k) qwen3, gemma3
+    Weight post_attn_norm, post_ffn_norm;  // (n_embd) gemma3
 };
 
 struct ModelWeights {
-    kernels::Matrix tok_embd;  // (n_vocab, n_embd)
-    kernels::Matrix output;    // (n_vocab, n_embd); tok_embd when tied
-    const float* output_norm = nullptr;
-    const float* rope_freqs = nullptr;  // (n_rot / 2) or null
+    Weight tok_embd;  // (n_vocab, n_embd)
+    Weight output;    // (n_vocab, n_embd); tok_embd when tied
+    Weight output_norm;
+    Weight rope_freqs;  // (n_rot / 2) or absent
     std::vector<LayerWeights> layers;
 };
 
-// The arena's buffers as typed pointers (shapes in activation-layout.h).
+// The activation arena's buffers (shapes in memory/activation-layout.h).
 struct ForwardBuffers {
-    float* x;
-    float* xb;
-    float* q;
-    float* k;
-    float* v;
-    float* attn;
-    float* gate;
-    float* up;
-    float* logits;
-    kernels::Context ctx;
+    kernels::DevPtr x, xb, q, k, v, attn, gate, up, logits;
 };
-ForwardBuffers carve_buffers(const ActivationLayout& layout, uint8_t* arena, ThreadPool* pool);
 
 class Model {
   public:
-    // Validates every tensor the architecture needs (presence, shape, type)
-    // and throws headroom::Error naming the first missing or wrong one.
-    static std::unique_ptr<Model> load(const gguf::GgufFile& file);
+    // Validates every tensor the architecture needs (presence, shape, type),
+    // throwing headroom::Error naming the first missing or wrong one, and
+    // uploads them to `backend`.
+    static std::unique_ptr<Model> load(const gguf::GgufFile& file, kernels::Backend& backend);
     virtual ~Model() = default;
 
     const HParams& hparams() const { return hp_; }
     const ModelWeights& weights() const { return w_; }
     // Bytes of 1-D tensors converted to f32 at load (resident, not mapped).
     uint64_t converted_bytes() const;
-    // Bytes of matrices repacked at load into the backend's layout (resident,
-    // anonymous); their mapped pages are released. Equal to the matrices' size
-    // in the file, rounded up to whole row groups.
-    uint64_t packed_bytes() const { return packed_.size_bytes(); }
 
-    // Runs the batch; logits for batch.logit_tokens land in buf.logits,
-    // (n_logit_tokens, n_vocab). Precondition: the cache has grown for every
-    // token and the batch fits the arena.
-    virtual void forward(const Batch& batch, const KvCache& cache, const ForwardBuffers& buf,
-                         const kernels::Ops& ops) const = 0;
+    // Runs one step; logits for step.logit_rows land in buf.logits,
+    // (n_logit_rows, n_vocab). Precondition: the KV cache has grown for every
+    // token and the step fits the arena.
+    virtual void forward(const kernels::StepView& step, const kernels::KvLayout& kv,
+                         const ForwardBuffers& buf, kernels::Backend& be) const = 0;
 
   protected:
-    Model(const gguf::GgufFile& file, HParams hp);
-    // Tensor lookups that validate shape and type.
-    kernels::Matrix matrix(const std::string& name, int64_t n_cols, int64_t n_rows) const;
-    const float* vector(const std::string& name, int64_t n, bool required = true);
+    Model(const gguf::GgufFile& file, HParams hp, kernels::Backend& backend);
+    // Tensor lookups that validate shape and type, and upload the tensor.
+    Weight matrix(const std::string& name, int64_t n_cols, int64_t n_rows,
+                  kernels::WeightUse use = kernels::WeightUse::Matmul);
+    Weight vector(const std::string& name, int64_t n, bool required = true);
 
     // Shared pieces of the forward passes.
-    void embed(const Batch& batch, float* x, float scale) const;
-    void write_kv(const Batch& batch, const KvCache& cache, uint32_t layer, const float* k,
-                  const float* v, const kernels::Ops& ops) const;
-    // ys[i] = x @ ws[i]^T for matrices (at most 4) of the same input width:
-    // activations are prepared once per weight type and matrices of one type
-    // run as one piece of work (ops.matmul_n).
-    void project(const float* x, int64_t n_tokens, int64_t n_in,
-                 std::initializer_list<const kernels::Matrix*> ws, std::initializer_list<float*> ys,
-                 const kernels::Ops& ops, const kernels::Context& ctx) const;
-    // Attention arguments for this batch and the buffers; the caller sets
-    // the layer (and the window of a sliding-window layer).
-    kernels::AttentionArgs attention_args(const Batch& batch, const KvCache& cache,
-                                          const ForwardBuffers& buf) const;
-    void output_logits(const Batch& batch, const ForwardBuffers& buf, const kernels::Ops& ops,
-                       float norm_offset) const;
+    // ys[i] = x @ ws[i]^T for up to 4 matrices of the same input width.
+    static void project(kernels::Backend& be, kernels::DevPtr x, int64_t n_tokens,
+                        std::initializer_list<const Weight*> ws,
+                        std::initializer_list<kernels::DevPtr> ys);
+    // Attention of the buffers' q into attn; the caller sets the layer (and
+    // the window of a sliding-window layer).
+    kernels::AttentionOp attention_op(const ForwardBuffers& buf) const;
+    // Gathers the rows that need logits, normalizes them, and projects them
+    // onto the vocabulary.
+    void output_logits(const kernels::StepView& step, const ForwardBuffers& buf,
+                       kernels::Backend& be, float norm_offset) const;
 
     const gguf::GgufFile& file_;
     HParams hp_;
+    kernels::Backend& backend_;
     ModelWeights w_;
     // f32 copies of 1-D tensors stored in other types (each buffer stays put).
     std::vector<std::vector<float>> converted_;
-    // Repacked matrices (Matrix::packed points here).
-    Region packed_;
-
-  private:
-    // Repacks the matrices `ops` has a faster layout for (all but a tied
-    // output, which the embedding lookup also reads) and releases their
-    // mapped pages.
-    void pack_weights(const kernels::Ops& ops);
 };
 
-std::unique_ptr<Model> make_llama_model(const gguf::GgufFile& file, HParams hp);
-std::unique_ptr<Model> make_gemma3_model(const gguf::GgufFile& file, HParams hp);
+std::unique_ptr<Model> make_llama_model(const gguf::GgufFile& file, HParams hp,
+                                        kernels::Backend& backend);
+std::unique_ptr<Model> make_gemma3_model(const gguf::GgufFile& file, HParams hp,
+                                         kernels::Backend& backend);
 
 }  // namespace headroom

@@ -33,8 +33,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/ledger.h"
 #include "engine/engine.h"
-#include "memory/ledger.h"
 #include "server/metrics-text.h"
 #include "tokenizer/chat-template.h"
 

@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/ledger.h"
 #include "engine/metrics.h"
-#include "memory/ledger.h"
 
 namespace headroom::server {
 

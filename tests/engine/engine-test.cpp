@@ -14,6 +14,7 @@
 
 #include "format/gguf-reader.h"
 #include "format/gguf-writer.h"
+#include "kernels/cpu/cpu-backend.h"
 #include "model/synth.h"
 
 namespace headroom {
@@ -21,7 +22,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// One CPU backend (one worker) holds the tiny model's weights for every
+// engine of this file; each runner takes its KV and arena from it and gives
+// them back when it goes.
 struct TinyModel {
+    Ledger ledger;
+    kernels::CpuBackend backend{ledger, 1};
     std::vector<uint8_t> bytes;
     std::unique_ptr<gguf::GgufFile> file;
     std::unique_ptr<Model> model;
@@ -33,20 +39,20 @@ struct TinyModel {
         opt.progress = false;
         bytes = make_synth_model(find_synth_shape("tiny"), opt).to_bytes();
         file = std::make_unique<gguf::GgufFile>(gguf::GgufFile::parse(bytes, "tiny.gguf"));
-        model = Model::load(*file);
+        model = Model::load(*file, backend);
         tokenizer = Tokenizer::from_gguf(*file);
         desc = describe_gguf(*file);
         desc.tokenizer_bytes = tokenizer->memory_bytes();
     }
 };
 
-const TinyModel& tiny() {
-    static const TinyModel m;
+TinyModel& tiny() {
+    static TinyModel m;
     return m;
 }
 
 struct EngineSetup {
-    Ledger ledger;
+    Ledger& ledger = tiny().ledger;
     EngineMetrics metrics;
     std::unique_ptr<Runner> runner;
     std::unique_ptr<Engine> engine;
@@ -60,7 +66,7 @@ struct EngineSetup {
         o.config.n_threads = 1;
         o.budget.kv_cache_bytes = kv_bytes;
         o.prefix_caching = prefix;
-        runner = std::make_unique<Runner>(*tiny().model, tiny().desc, o, ledger);
+        runner = std::make_unique<Runner>(*tiny().model, tiny().desc, o, tiny().backend);
         engine = std::make_unique<Engine>(*runner, *tiny().tokenizer, metrics);
     }
 };

@@ -13,14 +13,13 @@ namespace headroom {
 namespace {
 
 TEST(PrefixSharing, SecondRequestComputesOnlyItsSuffix) {
-    const cli::LoadedModel lm = cli::load_model("smollm2-135m");
+    const cli::LoadedModel lm = cli::load_model("smollm2-135m", {2});
     RunnerOptions o;
     o.config.max_model_len = 2048;
     o.config.max_num_seqs = 2;
     o.config.n_threads = 2;
     o.budget.kv_cache_bytes = 2ull * 2048 * 23040;
-    Ledger ledger;
-    Runner runner(*lm.model, lm.desc, o, ledger);
+    Runner runner(*lm.model, lm.desc, o, *lm.backend);
     EngineMetrics metrics;
     Engine engine(runner, *lm.tokenizer, metrics);
 

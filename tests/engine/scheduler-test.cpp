@@ -9,8 +9,17 @@
 #include <memory>
 #include <random>
 
+#include "kernels/cpu/cpu-backend.h"
+
 namespace headroom {
 namespace {
+
+// The host backend the caches take their region from.
+kernels::CpuBackend& cpu() {
+    static Ledger ledger;
+    static kernels::CpuBackend backend(ledger, 1);
+    return backend;
+}
 
 using ::testing::HasSubstr;
 
@@ -41,7 +50,7 @@ struct Fixture {
         b.kv_cache_bytes = uint64_t{n_blocks} * 1024;
         const ModelDesc m = tiny_model();
         plan = plan_memory(m, c, b);
-        cache = std::make_unique<KvCache>(plan, m.hp, true);
+        cache = std::make_unique<KvCache>(plan, m.hp, true, cpu());
         scheduler = std::make_unique<Scheduler>(*cache, SchedulerConfig{max_num_seqs, budget, 64});
     }
     Sequence* add(std::vector<int32_t> prompt, uint32_t max_new) {

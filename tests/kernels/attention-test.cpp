@@ -10,7 +10,9 @@
 #include <random>
 #include <tuple>
 
+#include "engine/batch.h"
 #include "kernel-test-util.h"
+#include "kernels/cpu/cpu-backend.h"
 #include "memory/kv-cache.h"
 #include "memory/terms.h"
 
@@ -43,11 +45,14 @@ ModelDesc model_of(const Shape& s) {
 // A cache holding `lens[i]` tokens of random K and V for sequence i, and the
 // batch of queries: the last `n_new[i]` positions of each sequence.
 struct CacheFixture {
+    Ledger ledger;
+    CpuBackend cpu{ledger, 1};
     MemoryPlan plan;
     std::unique_ptr<KvCache> cache;
     std::vector<SeqKv> seqs;
-    std::vector<const SeqKv*> seq_ptrs;
-    std::vector<uint32_t> positions, seq_of_token;
+    Batch batch;
+    std::vector<uint32_t> words;
+    StepView step;
     std::vector<float> q;
 
     CacheFixture(const Shape& s, KvDtype dtype, const std::vector<uint32_t>& lens,
@@ -63,7 +68,9 @@ struct CacheFixture {
         BudgetSpec b;
         b.kv_cache_bytes = 64ull << 20;
         plan = plan_memory(m, c, b);
-        cache = std::make_unique<KvCache>(plan, m.hp, false);
+        cache = std::make_unique<KvCache>(plan, m.hp, false, cpu);
+        const KvLayout& kv = cache->layout();
+        uint8_t* base = cpu.host(kv.base);
         std::mt19937 rng(seed);
         std::normal_distribution<float> normal(0.0f, 1.0f);
         std::vector<float> row(s.head_dim);
@@ -71,20 +78,25 @@ struct CacheFixture {
         for (size_t i = 0; i < lens.size(); ++i) {
             EXPECT_TRUE(cache->grow(seqs[i], lens[i]));
             for (uint32_t p = 0; p < lens[i]; ++p) {
+                const int32_t block = seqs[i].tables[0][p / s.block_size];
+                const uint32_t slot = p % s.block_size;
                 for (uint32_t h = 0; h < s.n_head_kv; ++h) {
                     for (auto& v : row) v = normal(rng);
-                    store_row(row.data(), s.head_dim, dtype, cache->k_row(seqs[i], 0, h, p));
+                    store_row(row.data(), s.head_dim, dtype,
+                              base + kv.k_offset(0, block, h) + slot * kv.k_row_bytes);
                     for (auto& v : row) v = normal(rng);
-                    store_row(row.data(), s.head_dim, dtype, cache->v_row(seqs[i], 0, h, p));
+                    store_row(row.data(), s.head_dim, dtype,
+                              base + kv.v_offset(0, block, h) + slot * kv.v_row_bytes);
                 }
             }
-            for (uint32_t p = lens[i] - n_new[i]; p < lens[i]; ++p) {
-                positions.push_back(p);
-                seq_of_token.push_back(static_cast<uint32_t>(i));
-            }
         }
-        for (const auto& sq : seqs) seq_ptrs.push_back(&sq);
-        q.resize(positions.size() * s.n_head * s.head_dim);
+        for (size_t i = 0; i < lens.size(); ++i) {
+            const uint32_t si = batch.add_seq(&seqs[i]);
+            for (uint32_t p = lens[i] - n_new[i]; p < lens[i]; ++p)
+                batch.add_token(0, p, si, false);
+        }
+        step = make_step_view(batch, *cache, words);
+        q.resize(batch.n_tokens() * s.n_head * s.head_dim);
         for (auto& v : q) v = normal(rng) * 2.0f;
     }
 
@@ -92,11 +104,12 @@ struct CacheFixture {
         AttentionArgs a;
         a.q = q.data();
         a.out = out;
-        a.n_tokens = static_cast<int64_t>(positions.size());
-        a.positions = positions.data();
-        a.seq_of_token = seq_of_token.data();
-        a.seqs = seq_ptrs;
-        a.cache = cache.get();
+        a.n_tokens = step.n_tokens;
+        a.positions = step.positions();
+        a.seq_of_token = step.seq_of_token();
+        a.step = &step;
+        a.kv = &cache->layout();
+        a.kv_base = cpu.host(cache->layout().base);
         a.layer = 0;
         a.n_head = s.n_head;
         a.n_head_kv = s.n_head_kv;
@@ -130,7 +143,7 @@ TEST_P(Attention, MatchesTheReferenceAndIsBatchInvariant) {
     // step deep in its context, a prefill from position 0.
     const std::vector<uint32_t> lens = {70, 131, 19}, n_new = {23, 1, 19};
     const CacheFixture st(s, dtype, lens, n_new, 17);
-    const size_t n_out = st.positions.size() * s.n_head * s.head_dim;
+    const size_t n_out = st.step.n_tokens * s.n_head * s.head_dim;
     TestContext tc(3, 256, 64, s.head_dim, s.n_head / s.n_head_kv);
 
     std::vector<float> ref(n_out);
@@ -145,14 +158,14 @@ TEST_P(Attention, MatchesTheReferenceAndIsBatchInvariant) {
             ASSERT_NEAR(out[i], ref[i], 2e-5 * (1 + std::fabs(ref[i]))) << "element " << i;
 
         // Each token alone, as a batch of one.
-        for (size_t t = 0; t < st.positions.size(); ++t) {
+        for (size_t t = 0; t < st.step.n_tokens; ++t) {
             AttentionArgs a = st.args(s, nullptr);
             std::vector<float> one(s.n_head * s.head_dim);
             a.q = st.q.data() + t * s.n_head * s.head_dim;
             a.out = one.data();
             a.n_tokens = 1;
-            a.positions = st.positions.data() + t;
-            a.seq_of_token = st.seq_of_token.data() + t;
+            a.positions = st.step.positions() + t;
+            a.seq_of_token = st.step.seq_of_token() + t;
             ops->attention(a, tc.ctx());
             for (size_t i = 0; i < one.size(); ++i)
                 ASSERT_TRUE(same_bits(one[i], out[t * one.size() + i]))

@@ -8,8 +8,17 @@
 #include <cstring>
 #include <random>
 
+#include "kernels/cpu/cpu-backend.h"
+
 namespace headroom {
 namespace {
+
+// The host backend the caches take their region from.
+kernels::CpuBackend& cpu() {
+    static Ledger ledger;
+    static kernels::CpuBackend backend(ledger, 1);
+    return backend;
+}
 
 // 2 layers, 1 KV head of 32 dims, f16: 2 × (64 + 64) = 256 bytes per token.
 ModelDesc tiny_model(uint32_t sliding_window = 0) {
@@ -60,7 +69,7 @@ TEST(KvCache, PlanGivesTheHandComputedGeometry) {
 
 TEST(KvCache, GrowAllocatesBlocksAsTokensArrive) {
     const ModelDesc m = tiny_model();
-    KvCache cache(plan_with_blocks(m, 16 * 1024), m.hp, true);
+    KvCache cache(plan_with_blocks(m, 16 * 1024), m.hp, true, cpu());
     SeqKv s;
     ASSERT_TRUE(cache.grow(s, 5));
     EXPECT_EQ(s.n_tokens, 5u);
@@ -81,18 +90,23 @@ TEST(KvCache, GrowAllocatesBlocksAsTokensArrive) {
 
 TEST(KvCache, KAndVRowsFollowTheBlockLayout) {
     const ModelDesc m = tiny_model();
-    KvCache cache(plan_with_blocks(m, 16 * 1024), m.hp, false);
+    KvCache cache(plan_with_blocks(m, 16 * 1024), m.hp, false, cpu());
     SeqKv s;
     ASSERT_TRUE(cache.grow(s, 6));
     const int32_t b1 = s.tables[0][1];
-    // [layer][K,V][head][slot][64 bytes]: layer 1, K, slot 1 of block b1.
-    EXPECT_EQ(cache.k_row(s, 1, 0, 5), cache.pool(0).data(b1) + 1 * 512 + 1 * 64);
-    EXPECT_EQ(cache.v_row(s, 1, 0, 5), cache.pool(0).data(b1) + 1 * 512 + 256 + 1 * 64);
+    const kernels::KvLayout& l = cache.layout();
+    // Blocks of 1024 bytes: [layer][K,V][head][slot][64 bytes]. Layer 1's K
+    // starts 512 bytes in, its V 256 bytes later.
+    EXPECT_EQ(l.k_offset(1, b1, 0), b1 * 1024u + 512);
+    EXPECT_EQ(l.v_offset(1, b1, 0), b1 * 1024u + 512 + 256);
+    EXPECT_EQ(l.k_row_bytes, 64u);
+    // Position 5 is slot 1 of the second block.
+    EXPECT_EQ(cache.slot(s, 0, 5), b1 * 4 + 1);
 }
 
 TEST(KvCache, SecondSequenceAttachesTheCachedPrefix) {
     const ModelDesc m = tiny_model();
-    KvCache cache(plan_with_blocks(m, 16 * 1024), m.hp, true);
+    KvCache cache(plan_with_blocks(m, 16 * 1024), m.hp, true, cpu());
     const auto prompt = iota_tokens(10, 13);  // 3 full blocks + 1 token
     SeqKv a;
     EXPECT_EQ(cache.attach_prefix(a, prompt), 0u);
@@ -134,7 +148,7 @@ TEST(KvCache, SlidingWindowGroupHoldsOnlyTheWindow) {
     EXPECT_EQ(p.kv_groups[1].kind, AttentionKind::SlidingWindow);
     // (window - 1 + step) = 15 tokens → 4 blocks, plus one for alignment.
     EXPECT_EQ(p.kv_groups[1].max_blocks_per_seq, 5u);
-    KvCache cache(p, m.hp, true);
+    KvCache cache(p, m.hp, true, cpu());
     SeqKv s;
     for (int step = 0; step < 20; ++step) {
         ASSERT_TRUE(cache.grow(s, 3));
@@ -153,7 +167,7 @@ TEST(KvCache, SlidingWindowGroupHoldsOnlyTheWindow) {
 
 TEST(KvCache, PrefixLongerThanTheWindowAttachesWithWindowBlocks) {
     const ModelDesc m = tiny_model(/*sliding_window=*/8);
-    KvCache cache(plan_with_blocks(m, 64 * 1024), m.hp, true);
+    KvCache cache(plan_with_blocks(m, 64 * 1024), m.hp, true, cpu());
     const auto prompt = iota_tokens(1, 41);
     SeqKv a;
     cache.attach_prefix(a, prompt);
@@ -174,15 +188,16 @@ TEST(KvCache, PrefixLongerThanTheWindowAttachesWithWindowBlocks) {
 
 TEST(KvCache, ForkSharesFullBlocksAndCopiesThePartialOne) {
     const ModelDesc m = tiny_model();
-    KvCache cache(plan_with_blocks(m, 16 * 1024), m.hp, true);
+    KvCache cache(plan_with_blocks(m, 16 * 1024), m.hp, true, cpu());
     SeqKv parent;
     ASSERT_TRUE(cache.grow(parent, 6));
-    std::memset(cache.pool(0).data(parent.tables[0][1]), 0x5A, 1024);
+    uint8_t* region = cpu().host(cache.layout().base);
+    std::memset(region + parent.tables[0][1] * 1024, 0x5A, 1024);
     SeqKv child;
     ASSERT_TRUE(cache.fork(parent, child));
     EXPECT_EQ(child.tables[0][0], parent.tables[0][0]);
     EXPECT_NE(child.tables[0][1], parent.tables[0][1]);
-    EXPECT_EQ(cache.pool(0).data(child.tables[0][1])[1000], 0x5A);
+    EXPECT_EQ(region[child.tables[0][1] * 1024 + 1000], 0x5A);
     EXPECT_EQ(cache.pool(0).ref_count(parent.tables[0][0]), 2);
     const SeqKv* live[] = {&parent, &child};
     EXPECT_EQ(cache.check_invariants(live), "");
@@ -195,7 +210,7 @@ TEST(KvCache, RandomWorkloadReturnsEveryBlock) {
     for (uint32_t window : {0u, 8u}) {
         SCOPED_TRACE(window ? "sliding window" : "full attention");
         const ModelDesc m = tiny_model(window);
-        KvCache cache(plan_with_blocks(m, 48 * 1024), m.hp, true);
+        KvCache cache(plan_with_blocks(m, 48 * 1024), m.hp, true, cpu());
         std::mt19937 rng(window + 3);
         struct Live {
             SeqKv kv;

@@ -8,7 +8,6 @@
 #include "core/thread-pool.h"
 #include "kernels/cpu/ref/quant.h"
 #include "kernels/kernels.h"
-#include "memory/kv-cache.h"
 
 namespace headroom::kernels {
 
@@ -45,9 +44,10 @@ void ref_matmul(const Matrix& w, const Acts& x, float* y, const Context& ctx) {
 // of e^(s - m), acc = running sum of e^(s - m) * v.
 void ref_attention(const AttentionArgs& a, const Context& ctx) {
     const uint32_t group = a.n_head / a.n_head_kv;
-    const uint32_t bs = a.cache->block_size();
-    const TensorType kv_type = tensor_type(a.cache->dtype());
-    const size_t g = a.cache->group_of_layer(a.layer);
+    const KvLayout& kv = *a.kv;
+    const uint32_t bs = kv.block_size;
+    const TensorType kv_type = tensor_type(kv.dtype);
+    const uint32_t g = kv.group_of_layer[a.layer];
     ctx.pool->parallel_for(a.n_tokens * a.n_head, [&](int64_t begin, int64_t end, int thread) {
         auto* k = reinterpret_cast<float*>(ctx.thread_scratch(thread));  // (head_dim_k)
         float* v = k + a.head_dim_k;                                     // (head_dim_v)
@@ -57,16 +57,16 @@ void ref_attention(const AttentionArgs& a, const Context& ctx) {
             const uint32_t h = static_cast<uint32_t>(job % a.n_head);
             const uint32_t kv_h = h / group;
             const uint32_t pos = a.positions[t];
-            const SeqKv& seq = *a.seqs[a.seq_of_token[t]];
-            const uint32_t first = a.window && pos + 1 > a.window ? pos + 1 - a.window : 0;
+            const int32_t* table = a.step->table(g, a.seq_of_token[t]);
+            const uint32_t first = first_visible(pos, a.window);
             const float* q = a.q + (t * a.n_head + h) * a.head_dim_k;
             float m = -std::numeric_limits<float>::infinity(), l = 0;
             std::fill(acc, acc + a.head_dim_v, 0.0f);
             for (uint32_t p = first; p <= pos; ++p) {
-                const int32_t block = seq.tables[g][p / bs];
+                const int32_t block = table[p / bs];
                 const uint32_t slot = p % bs;
                 ref::dequantize_row(
-                    kv_type, a.cache->k_block(block, a.layer, kv_h) + slot * a.cache->k_row_bytes(),
+                    kv_type, a.kv_base + kv.k_offset(a.layer, block, kv_h) + slot * kv.k_row_bytes,
                     k, a.head_dim_k);
                 float s = 0;
                 for (uint32_t i = 0; i < a.head_dim_k; ++i) s += q[i] * k[i];
@@ -75,7 +75,7 @@ void ref_attention(const AttentionArgs& a, const Context& ctx) {
                 const float correction = std::exp(m - m_new);
                 const float weight = std::exp(s - m_new);
                 ref::dequantize_row(
-                    kv_type, a.cache->v_block(block, a.layer, kv_h) + slot * a.cache->v_row_bytes(),
+                    kv_type, a.kv_base + kv.v_offset(a.layer, block, kv_h) + slot * kv.v_row_bytes,
                     v, a.head_dim_v);
                 for (uint32_t i = 0; i < a.head_dim_v; ++i)
                     acc[i] = acc[i] * correction + weight * v[i];

@@ -30,7 +30,6 @@
 #include "kernels/cpu/x86/backends.h"
 #include "kernels/cpu/x86/elementwise.h"
 #include "kernels/kernels.h"
-#include "memory/kv-cache.h"
 
 namespace headroom::kernels::x86 {
 
@@ -220,17 +219,17 @@ __attribute__((noinline)) void attend_heads(const float* q, float* st, uint64_t 
 }
 
 template <class V>
-void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t t0, int64_t t1,
+void attend_run(const AttentionArgs& a, const int32_t* table, uint32_t kv_h, int64_t t0, int64_t t1,
                 const AttnScratch<V>& sc) {
     using F = typename V::F;
     constexpr int L = V::kLanes;
     const uint32_t group = a.n_head / a.n_head_kv;
     const uint32_t hk = a.head_dim_k, hv = a.head_dim_v;
-    const uint32_t bs = a.cache->block_size();
-    const size_t g = a.cache->group_of_layer(a.layer);
+    const KvLayout& kv = *a.kv;
+    const uint32_t bs = kv.block_size;
     const bool row_dot = group <= kRowDotMaxGroup;
     const TileLoader<V> load =
-        row_dot ? tile_loader<V, false>(a.cache->dtype()) : tile_loader<V, true>(a.cache->dtype());
+        row_dot ? tile_loader<V, false>(kv.dtype) : tile_loader<V, true>(kv.dtype);
     const uint64_t state_stride = hv + 2;
     const float neg_inf = -std::numeric_limits<float>::infinity();
     const uint32_t ck = sc.ck;
@@ -239,7 +238,7 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
     uint32_t lo_pos = UINT32_MAX, hi_pos = 0;
     for (int64_t t = t0; t < t1; ++t) {
         const uint32_t pos = a.positions[t];
-        const uint32_t first = a.window && pos + 1 > a.window ? pos + 1 - a.window : 0;
+        const uint32_t first = first_visible(pos, a.window);
         lo_pos = std::min(lo_pos, first);
         hi_pos = std::max(hi_pos, pos);
     }
@@ -250,7 +249,7 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
         st[1] = 0.0f;
         std::fill(st + 2, st + 2 + hv, 0.0f);
     }
-    const uint64_t k_bytes = a.cache->k_row_bytes(), v_bytes = a.cache->v_row_bytes();
+    const uint64_t k_bytes = kv.k_row_bytes, v_bytes = kv.v_row_bytes;
     // Rows of one head are consecutive within a KV block: look each block up
     // once, then step through its rows.
     const uint8_t* k_base = nullptr;
@@ -259,9 +258,9 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
     auto locate = [&](uint32_t p) {
         if (p / bs != cur_block) {
             cur_block = p / bs;
-            const int32_t block = seq.tables[g][cur_block];
-            k_base = a.cache->k_block(block, a.layer, kv_h);
-            v_base = a.cache->v_block(block, a.layer, kv_h);
+            const int32_t block = table[cur_block];
+            k_base = a.kv_base + kv.k_offset(a.layer, block, kv_h);
+            v_base = a.kv_base + kv.v_offset(a.layer, block, kv_h);
         }
         return p % bs;
     };
@@ -305,7 +304,7 @@ void attend_run(const AttentionArgs& a, const SeqKv& seq, uint32_t kv_h, int64_t
         }
         for (int64_t t = t0; t < t1; ++t) {
             const uint32_t pos = a.positions[t];
-            const uint32_t first = a.window && pos + 1 > a.window ? pos + 1 - a.window : 0;
+            const uint32_t first = first_visible(pos, a.window);
             if (pos < c0 || first >= c0 + ck) continue;
             const int j0 = static_cast<int>(std::max(first, c0) - c0);
             const int j1 = static_cast<int>(std::min(pos + 1, c0 + ck) - c0);
@@ -368,7 +367,8 @@ void attention(const AttentionArgs& a, const Context& ctx) {
             for (int64_t t0 = w0; t0 < w1;) {
                 int64_t t1 = t0 + 1;
                 while (t1 < w1 && a.seq_of_token[t1] == a.seq_of_token[t0]) ++t1;
-                attend_run<V>(a, *a.seqs[a.seq_of_token[t0]], kv_h, t0, t1, sc);
+                const uint32_t g = a.kv->group_of_layer[a.layer];
+                attend_run<V>(a, a.step->table(g, a.seq_of_token[t0]), kv_h, t0, t1, sc);
                 t0 = t1;
             }
         }

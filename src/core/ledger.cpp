@@ -1,4 +1,4 @@
-#include "memory/ledger.h"
+#include "core/ledger.h"
 
 #include <unistd.h>
 

@@ -8,9 +8,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/step-view.h"
+
 namespace headroom {
 
 struct SeqKv;
+class KvCache;
 
 struct Batch {
     std::vector<int32_t> tokens;         // (n_tokens)
@@ -27,5 +30,12 @@ struct Batch {
     uint32_t add_seq(const SeqKv* seq);
     void add_token(int32_t token, uint32_t pos, uint32_t seq, bool want_logits);
 };
+
+// The step view of a batch (kernels/step-view.h): its arrays written into
+// `words` (cleared first; allocates only past its capacity), block tables
+// and slots from the cache. Precondition: the cache has grown every
+// sequence for its tokens.
+kernels::StepView make_step_view(const Batch& batch, const KvCache& cache,
+                                 std::vector<uint32_t>& words);
 
 }  // namespace headroom

@@ -1,7 +1,10 @@
-// The ledger: every byte the engine holds, by term. "reserved" is capacity
-// set aside at start-up (the KV pool, the activation arena, mapped weights);
-// "allocated" is what is in use now (KV blocks holding tokens, the part of
-// the arena the current step uses); "peak" is the most ever allocated.
+// The ledger of one device: every byte the engine holds there, by term.
+// "reserved" is capacity set aside at start-up (the KV pool, the activation
+// arena, mapped weights); "allocated" is what is in use now (KV blocks
+// holding tokens, the part of the arena the current step uses); "peak" is
+// the most ever allocated. There is one ledger per device ("host", "gpu0"):
+// each backend counts what it allocates in its device's ledger, and host
+// memory (staging, tokenizer, threads) is counted in the host's.
 // Counters are atomics: the engine thread writes, HTTP threads read a
 // snapshot without locks.
 #pragma once
@@ -9,7 +12,9 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <utility>
 
 namespace headroom {
 
@@ -33,6 +38,12 @@ struct LedgerSnapshot {
 
 class Ledger {
   public:
+    explicit Ledger(std::string device = "host") : device_(std::move(device)) {}
+    Ledger(const Ledger&) = delete;
+    Ledger& operator=(const Ledger&) = delete;
+
+    // The device's name in reports and metrics: "host", "gpu0"...
+    const std::string& device() const { return device_; }
     void reserve(Term term, uint64_t bytes);
     void unreserve(Term term, uint64_t bytes);
     void allocate(Term term, uint64_t bytes);
@@ -48,6 +59,7 @@ class Ledger {
         std::atomic<uint64_t> reserved{0};
     };
     void raise_peak(Counters& c, uint64_t now);
+    std::string device_;
     std::array<Counters, 4> counters_;
 };
 

@@ -1,0 +1,210 @@
+// The seam between the forward pass and a device. A backend owns its
+// device's memory (the weights it uploaded, the KV region, the activation
+// arena), counts every byte it takes in its device's ledger, and runs the
+// ops the forward pass calls. The model and the engine hold only handles
+// (DevPtr for buffers, Weight for tensors); no pointer into weights, KV or
+// activations is dereferenced outside a backend.
+//
+// Life of a backend:
+//   load     begin_weights, upload_matrix / upload_vector per tensor,
+//            end_weights (the CPU repacks here; a GPU copies to its memory)
+//   start-up allocate the KV region and the activation arena, set_workspace
+//   a step   begin_step(view) (a GPU uploads the view and starts recording),
+//            the model's ops, end_step(logits) (a GPU submits once, waits
+//            once and downloads the logits rows): the host logits
+// Ops are asynchronous with respect to the host on a GPU: their inputs are
+// device memory or the step view; nothing is read back before end_step.
+//
+// Every op's contract (shapes are rows × columns, f32 unless noted; "rows"
+// of activations are tokens):
+//   get_rows     out (n_tokens, n_cols) = table[tokens[t]] × scale
+//   rmsnorm      out[r] = x[r] / rms(x[r]) × (w + weight_offset); out may be x
+//   matmul       ys[i] (n_tokens, ws[i].n_rows) = x (n_tokens, n_cols) @ ws[i]^T
+//                for up to 4 matrices of one input width; each element's
+//                reduction order depends only on its row and column
+//                (batch invariance)
+//   add_bias     y[r] += b for every row
+//   rope         rotates x (n_tokens, n_head, head_dim) at each token's position
+//   store_kv     K and V rows of the step's tokens into their slots
+//   attention    causal flash attention of each token over its sequence's
+//                cached keys (a window of them on sliding-window layers)
+//   silu_mul     gate = silu(gate) × up;  gelu_mul: gate = gelu_tanh(gate) × up
+//   add          x += y
+//   gather_rows  out (n_logit_rows, n_cols) = x[logit_rows[r]]
+//   copy_block   dst = src, bytes (forking a KV block); outside a step
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "core/ledger.h"
+#include "format/tensor-type.h"
+#include "kernels/dev-ptr.h"
+#include "kernels/kernels.h"
+#include "kernels/kv-layout.h"
+#include "kernels/step-view.h"
+
+namespace headroom::kernels {
+
+// A tensor a backend holds: (n_rows, n_cols) in `type`. Vectors (norm
+// weights, biases, RoPE factors) are f32 with one row.
+struct Weight {
+    TensorType type = TensorType::F32;
+    int64_t n_rows = 0;
+    int64_t n_cols = 0;
+    uint64_t row_bytes = 0;
+    uint32_t id = 0;  // the backend's handle; 0: absent (an optional tensor)
+
+    explicit operator bool() const { return id != 0; }
+};
+
+// A tensor as stored in the model file (mapped host memory), to upload.
+struct HostTensor {
+    const uint8_t* data = nullptr;
+    TensorType type = TensorType::F32;
+    int64_t n_rows = 0;
+    int64_t n_cols = 0;
+    uint64_t row_bytes = 0;
+};
+
+// What a matrix is read by: matmul, get_rows (the embedding), or both (a
+// tied embedding is also the output matrix).
+enum class WeightUse { Matmul, Rows, MatmulAndRows };
+
+// One layer's attention: q (n_tokens, n_head, head_dim_k) and out
+// (n_tokens, n_head, head_dim_v) in the arena; keys and values from the KV
+// region through the step's block tables.
+struct AttentionOp {
+    DevPtr q;
+    DevPtr out;
+    uint32_t layer = 0;
+    uint32_t n_head = 0;
+    uint32_t n_head_kv = 0;
+    uint32_t head_dim_k = 0;
+    uint32_t head_dim_v = 0;
+    float scale = 1.0f;   // applied to q·k
+    uint32_t window = 0;  // 0: full attention; else keys p - window + 1 .. p
+};
+
+// Scratch a backend's kernels use within a step, carved from the arena by
+// the activation layout (memory/activation-layout.h); empty where a backend
+// needs none.
+struct Workspace {
+    DevPtr acts_q;  // activations quantized for integer matmuls
+    uint64_t acts_q_bytes = 0;
+    DevPtr thread_scratch;  // n_threads × scratch_per_thread_bytes
+    uint64_t scratch_per_thread_bytes = 0;
+};
+
+class Backend {
+  public:
+    virtual ~Backend() = default;
+    Backend(const Backend&) = delete;
+    Backend& operator=(const Backend&) = delete;
+
+    // What runs, for people: "cpu avx2", "vulkan: NVIDIA H200".
+    virtual std::string name() const = 0;
+    // The ledger of this backend's device, and the host's (the same one for
+    // the CPU): host staging and mapped files are counted there.
+    virtual Ledger& ledger() = 0;
+    Ledger& host_ledger() { return host_ledger_; }
+    // The device's memory is the host's (the CPU backend): its buffers are
+    // host memory and the ledger is the host's.
+    bool is_host() const { return is_host_; }
+
+    // ---- memory ----
+    // Takes `bytes` of device memory, zero-filled, reserved in the device
+    // ledger under `term`. Throws headroom::Error naming `what`, the size and
+    // what the device has left if it cannot be had.
+    virtual DevPtr allocate(Term term, uint64_t bytes, const char* what) = 0;
+    // Gives an allocation back, and its reservation. Null is ignored.
+    virtual void release(DevPtr buffer) = 0;
+    virtual void upload(DevPtr dst, const void* src, uint64_t bytes) = 0;
+    virtual void download(void* dst, DevPtr src, uint64_t bytes) = 0;
+    virtual void copy_block(DevPtr dst, DevPtr src, uint64_t bytes) = 0;
+
+    // ---- weights, once at load ----
+    // The model file's tensor data (mapped host memory, `tensor_bytes` of
+    // tensors in `file_data`); tensors uploaded next point into it.
+    virtual void begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes) = 0;
+    virtual Weight upload_matrix(const HostTensor& t, WeightUse use) = 0;
+    // n f32 values (a vector the model converted if the file stores it in
+    // another type).
+    virtual Weight upload_vector(const float* values, int64_t n) = 0;
+    virtual void end_weights() = 0;
+    // Brings the weights into memory before the first request, with a
+    // progress bar on stderr if asked.
+    virtual void make_resident(bool progress) = 0;
+
+    // ---- steps ----
+    virtual void set_workspace(const Workspace& ws) = 0;
+    virtual void set_act_precision(ActPrecision p) = 0;
+    virtual void begin_step(const StepView& step) = 0;
+    // Ends the step: the logits (n_floats f32 at `logits`) in host memory,
+    // writable (the sampler applies penalties in place), valid until the
+    // next step.
+    virtual float* end_step(DevPtr logits, uint64_t n_floats) = 0;
+
+    // ---- ops (contracts in the file comment) ----
+    virtual void get_rows(const Weight& table, const StepView& step, float scale, DevPtr out) = 0;
+    virtual void rmsnorm(DevPtr x, const Weight& w, float weight_offset, float eps, int64_t n_rows,
+                         int64_t n, DevPtr out) = 0;
+    virtual void matmul(std::span<const Weight* const> ws, DevPtr x, int64_t n_tokens,
+                        std::span<const DevPtr> ys) = 0;
+    virtual void add_bias(DevPtr y, const Weight& bias, int64_t n_rows) = 0;
+    // args.freq_factors is ignored: the factors are `freq_factors` (or none).
+    virtual void rope(DevPtr x, const StepView& step, const RopeArgs& args,
+                      const Weight& freq_factors) = 0;
+    virtual void store_kv(const KvLayout& kv, uint32_t layer, const StepView& step, DevPtr k,
+                          DevPtr v) = 0;
+    virtual void attention(const KvLayout& kv, const StepView& step, const AttentionOp& op) = 0;
+    virtual void silu_mul(DevPtr gate, DevPtr up, int64_t n) = 0;
+    virtual void gelu_mul(DevPtr gate, DevPtr up, int64_t n) = 0;
+    virtual void add(DevPtr x, DevPtr y, int64_t n) = 0;
+    virtual void gather_rows(DevPtr x, int64_t n_cols, const StepView& step, DevPtr out) = 0;
+
+  protected:
+    Backend(Ledger& host_ledger, bool is_host) : host_ledger_(host_ledger), is_host_(is_host) {}
+
+  private:
+    Ledger& host_ledger_;
+    bool is_host_;
+};
+
+// An allocation that gives itself back when destroyed.
+class DeviceBuffer {
+  public:
+    DeviceBuffer() = default;
+    DeviceBuffer(Backend& backend, Term term, uint64_t bytes, const char* what)
+        : backend_(&backend), ptr_(backend.allocate(term, bytes, what)), size_bytes_(bytes) {}
+    ~DeviceBuffer() {
+        if (backend_) backend_->release(ptr_);
+    }
+    DeviceBuffer(DeviceBuffer&& o) noexcept
+        : backend_(o.backend_), ptr_(o.ptr_), size_bytes_(o.size_bytes_) {
+        o.backend_ = nullptr;
+    }
+    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+        if (this != &o) {
+            if (backend_) backend_->release(ptr_);
+            backend_ = o.backend_;
+            ptr_ = o.ptr_;
+            size_bytes_ = o.size_bytes_;
+            o.backend_ = nullptr;
+        }
+        return *this;
+    }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+    DevPtr ptr() const { return ptr_; }
+    uint64_t size_bytes() const { return size_bytes_; }
+
+  private:
+    Backend* backend_ = nullptr;
+    DevPtr ptr_;
+    uint64_t size_bytes_ = 0;
+};
+
+}  // namespace headroom::kernels

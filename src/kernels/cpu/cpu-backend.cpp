@@ -1,0 +1,309 @@
+#include "kernels/cpu/cpu-backend.h"
+
+#include <fmt/format.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "core/check.h"
+#include "core/progress.h"
+#include "core/units.h"
+#include "kernels/cpu/ref/quant.h"
+
+namespace headroom::kernels {
+
+namespace {
+
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kPackAlign = 64;
+
+uint64_t pack_size(uint64_t n) {
+    return (n + kPackAlign - 1) / kPackAlign * kPackAlign;
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(Ledger& host, int n_threads, const Ops* ops)
+    : Backend(host, true), ops_(ops ? *ops : kernels::ops()), pool_(n_threads) {
+    ctx_.pool = &pool_;
+}
+
+CpuBackend::~CpuBackend() {
+    for (auto& a : allocations_)
+        if (a.live) ledger().unreserve(a.term, a.region.size_bytes());
+}
+
+std::string CpuBackend::name() const {
+    return fmt::format("cpu {}", ops_.name);
+}
+
+uint8_t* CpuBackend::host(DevPtr p) const {
+    if (!p) return nullptr;
+    HR_DCHECK(p.buffer <= allocations_.size() && allocations_[p.buffer - 1].live);
+    return allocations_[p.buffer - 1].region.data() + p.offset;
+}
+
+DevPtr CpuBackend::allocate(Term term, uint64_t bytes, const char* what) {
+    Allocation a;
+    a.region = Region(bytes, what);
+    a.term = term;
+    a.live = true;
+    ledger().reserve(term, bytes);
+    allocations_.push_back(std::move(a));
+    return {static_cast<uint32_t>(allocations_.size()), 0};
+}
+
+void CpuBackend::release(DevPtr buffer) {
+    if (!buffer) return;
+    Allocation& a = allocations_[buffer.buffer - 1];
+    HR_CHECK(a.live);
+    ledger().unreserve(a.term, a.region.size_bytes());
+    a.region = Region();
+    a.live = false;
+}
+
+void CpuBackend::upload(DevPtr dst, const void* src, uint64_t bytes) {
+    std::memcpy(host(dst), src, bytes);
+}
+
+void CpuBackend::download(void* dst, DevPtr src, uint64_t bytes) {
+    std::memcpy(dst, host(src), bytes);
+}
+
+void CpuBackend::copy_block(DevPtr dst, DevPtr src, uint64_t bytes) {
+    std::memcpy(host(dst), host(src), bytes);
+}
+
+// ---- weights ----------------------------------------------------------------
+
+void CpuBackend::begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes) {
+    HR_CHECK(weights_.empty());
+    file_data_ = file_data;
+    // The mapped file's tensors are this backend's weights.
+    ledger().reserve(Term::Weights, tensor_bytes);
+    ledger().allocate(Term::Weights, tensor_bytes);
+}
+
+Weight CpuBackend::upload_matrix(const HostTensor& t, WeightUse use) {
+    Matrix m{t.data, t.type, t.n_rows, t.n_cols, t.row_bytes};
+    weights_.push_back(m);
+    const auto id = static_cast<uint32_t>(weights_.size());
+    // A matrix get_rows also reads stays as stored: the lookup reads it by rows.
+    if (use == WeightUse::Matmul && ops_.packed_bytes(m) > 0) to_pack_.push_back(id);
+    return {t.type, t.n_rows, t.n_cols, t.row_bytes, id};
+}
+
+Weight CpuBackend::upload_vector(const float* values, int64_t n) {
+    const auto* p = reinterpret_cast<const uint8_t*>(values);
+    const uint64_t bytes = static_cast<uint64_t>(n) * sizeof(float);
+    // Vectors the model converted live outside the mapped file: count them.
+    if (p < file_data_.data() || p + bytes > file_data_.data() + file_data_.size()) {
+        ledger().reserve(Term::Weights, bytes);
+        ledger().allocate(Term::Weights, bytes);
+    }
+    weights_.push_back(Matrix{p, TensorType::F32, 1, n, bytes});
+    const auto id = static_cast<uint32_t>(weights_.size());
+    return {TensorType::F32, 1, n, bytes, id};
+}
+
+void CpuBackend::end_weights() {
+    uint64_t total = 0;
+    for (uint32_t id : to_pack_) total += pack_size(ops_.packed_bytes(weights_[id - 1]));
+    if (total == 0) return;
+    packed_ = Region(total, "repacked weights");
+    uint64_t at = 0;
+    for (uint32_t id : to_pack_) {
+        Matrix& m = weights_[id - 1];
+        const uint64_t n = ops_.packed_bytes(m);
+        ops_.repack(m, packed_.data() + at, ctx_);
+        m.packed = packed_.data() + at;
+        m.packed_for = &ops_;
+        at += pack_size(n);
+        // The file's pages of this matrix are not read again: drop them from
+        // this process (whole pages inside the matrix only).
+        const auto begin = (reinterpret_cast<uintptr_t>(m.data) + kPage - 1) & ~(kPage - 1);
+        const auto end =
+            (reinterpret_cast<uintptr_t>(m.data) + m.row_bytes * m.n_rows) & ~(kPage - 1);
+        if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    }
+}
+
+void CpuBackend::make_resident(bool progress) {
+    // The tensors of one file are contiguous in its data section: walk from
+    // the lowest to the highest tensor address, skipping matrices repacked at
+    // load (their copies are resident; their file pages stay out).
+    const uint8_t* lo = nullptr;
+    const uint8_t* hi = nullptr;
+    std::vector<std::pair<const uint8_t*, const uint8_t*>> skip;
+    for (const Matrix& m : weights_) {
+        const uint8_t* end = m.data + m.row_bytes * static_cast<uint64_t>(m.n_rows);
+        if (m.data < file_data_.data() || end > file_data_.data() + file_data_.size()) continue;
+        lo = lo ? std::min(lo, m.data) : m.data;
+        hi = hi ? std::max(hi, end) : end;
+        if (m.packed) skip.emplace_back(m.data, end);
+    }
+    if (!lo) return;
+    std::sort(skip.begin(), skip.end());
+    const uint64_t n_bytes = static_cast<uint64_t>(hi - lo);
+    constexpr uint64_t kChunk = 64ull << 20;
+    const bool show = progress && n_bytes > (256ull << 20);
+    Progress bar("loading weights", n_bytes, show);
+    volatile uint8_t sink = 0;
+    size_t next_skip = 0;
+    for (uint64_t off = 0; off < n_bytes; off += kChunk) {
+        const uint64_t n = std::min(kChunk, n_bytes - off);
+        const auto* base = lo + off;
+        uint8_t acc = 0;
+        for (uint64_t i = 0; i < n; i += kPage) {
+            const uint8_t* p = base + i;
+            while (next_skip < skip.size() && skip[next_skip].second <= p) ++next_skip;
+            if (next_skip < skip.size() && skip[next_skip].first <= p) continue;
+            acc ^= *p;
+        }
+        sink = sink ^ acc;
+        bar.update(off + n, format_bytes(off + n));
+    }
+    if (show) bar.finish(format_bytes(n_bytes));
+}
+
+// ---- steps --------------------------------------------------------------------
+
+void CpuBackend::set_workspace(const Workspace& ws) {
+    ctx_.acts_q = host(ws.acts_q);
+    ctx_.acts_q_bytes = ws.acts_q_bytes;
+    ctx_.scratch = host(ws.thread_scratch);
+    ctx_.scratch_per_thread_bytes = ws.scratch_per_thread_bytes;
+}
+
+float* CpuBackend::end_step(DevPtr logits, uint64_t) {
+    // The arena is host memory: the sampler reads its logits rows in place.
+    return f32(logits);
+}
+
+// ---- ops ------------------------------------------------------------------------
+
+void CpuBackend::get_rows(const Weight& table, const StepView& step, float scale, DevPtr out) {
+    const Matrix& e = matrix(table);
+    const int32_t* tokens = step.tokens();
+    float* x = f32(out);
+    for (uint32_t t = 0; t < step.n_tokens; ++t) {
+        const int32_t id = tokens[t];
+        HR_CHECK(id >= 0 && id < e.n_rows);
+        float* row = x + static_cast<uint64_t>(t) * e.n_cols;
+        ref::dequantize_row(e.type, e.data + static_cast<uint64_t>(id) * e.row_bytes, row,
+                            e.n_cols);
+        if (scale != 1.0f)
+            for (int64_t i = 0; i < e.n_cols; ++i) row[i] *= scale;
+    }
+}
+
+void CpuBackend::rmsnorm(DevPtr x, const Weight& w, float weight_offset, float eps, int64_t n_rows,
+                         int64_t n, DevPtr out) {
+    ops_.rmsnorm(f32(x), vec(w), weight_offset, eps, n_rows, n, f32(out), ctx_);
+}
+
+// Activations are prepared once per weight type; consecutive matrices of one
+// type run as one piece of work (ops.matmul_n).
+void CpuBackend::matmul(std::span<const Weight* const> ws, DevPtr x, int64_t n_tokens,
+                        std::span<const DevPtr> ys) {
+    HR_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= 4);
+    const Matrix* ms[4];
+    float* out[4];
+    const int n = static_cast<int>(ws.size());
+    for (int i = 0; i < n; ++i) {
+        ms[i] = &matrix(*ws[i]);
+        out[i] = f32(ys[i]);
+    }
+    const float* xf = f32(x);
+    const int64_t n_in = ms[0]->n_cols;
+    Acts acts;
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        while (j < n && ms[j]->type == ms[i]->type) ++j;
+        if (i == 0 || ms[i]->type != acts.w_type)
+            acts = ops_.prepare(xf, n_tokens, n_in, ms[i]->type, ctx_);
+        if (j - i == 1)
+            ops_.matmul(*ms[i], acts, out[i], ctx_);
+        else
+            ops_.matmul_n(ms + i, out + i, j - i, acts, ctx_);
+        i = j;
+    }
+}
+
+void CpuBackend::add_bias(DevPtr y, const Weight& bias, int64_t n_rows) {
+    float* yf = f32(y);
+    const float* b = vec(bias);
+    for (int64_t r = 0; r < n_rows; ++r) ops_.add(yf + r * bias.n_cols, b, bias.n_cols, ctx_);
+}
+
+void CpuBackend::rope(DevPtr x, const StepView& step, const RopeArgs& args,
+                      const Weight& freq_factors) {
+    RopeArgs a = args;
+    a.freq_factors = freq_factors ? vec(freq_factors) : nullptr;
+    ops_.rope(f32(x), step.n_tokens, step.positions(), a, ctx_);
+}
+
+void CpuBackend::store_kv(const KvLayout& kv, uint32_t layer, const StepView& step, DevPtr k,
+                          DevPtr v) {
+    const uint32_t g = kv.group_of_layer[layer];
+    const float* kf = f32(k);
+    const float* vf = f32(v);
+    uint8_t* base = host(kv.base);
+    for (uint32_t t = 0; t < step.n_tokens; ++t) {
+        const int32_t slot = step.slot(g, t);
+        HR_DCHECK(slot >= 0);
+        const int32_t block = slot / static_cast<int32_t>(kv.block_size);
+        const uint32_t r = static_cast<uint32_t>(slot) % kv.block_size;
+        for (uint32_t h = 0; h < kv.n_head_kv; ++h) {
+            ops_.store_row(kf + (uint64_t{t} * kv.n_head_kv + h) * kv.head_dim_k, kv.head_dim_k,
+                           kv.dtype, base + kv.k_offset(layer, block, h) + r * kv.k_row_bytes);
+            ops_.store_row(vf + (uint64_t{t} * kv.n_head_kv + h) * kv.head_dim_v, kv.head_dim_v,
+                           kv.dtype, base + kv.v_offset(layer, block, h) + r * kv.v_row_bytes);
+        }
+    }
+}
+
+void CpuBackend::attention(const KvLayout& kv, const StepView& step, const AttentionOp& op) {
+    AttentionArgs a;
+    a.q = f32(op.q);
+    a.out = f32(op.out);
+    a.n_tokens = step.n_tokens;
+    a.positions = step.positions();
+    a.seq_of_token = step.seq_of_token();
+    a.step = &step;
+    a.kv = &kv;
+    a.kv_base = host(kv.base);
+    a.layer = op.layer;
+    a.n_head = op.n_head;
+    a.n_head_kv = op.n_head_kv;
+    a.head_dim_k = op.head_dim_k;
+    a.head_dim_v = op.head_dim_v;
+    a.scale = op.scale;
+    a.window = op.window;
+    ops_.attention(a, ctx_);
+}
+
+void CpuBackend::silu_mul(DevPtr gate, DevPtr up, int64_t n) {
+    ops_.silu_mul(f32(gate), f32(up), n, ctx_);
+}
+
+void CpuBackend::gelu_mul(DevPtr gate, DevPtr up, int64_t n) {
+    ops_.gelu_mul(f32(gate), f32(up), n, ctx_);
+}
+
+void CpuBackend::add(DevPtr x, DevPtr y, int64_t n) {
+    ops_.add(f32(x), f32(y), n, ctx_);
+}
+
+void CpuBackend::gather_rows(DevPtr x, int64_t n_cols, const StepView& step, DevPtr out) {
+    const float* src = f32(x);
+    float* dst = f32(out);
+    const uint32_t* rows = step.logit_rows();
+    for (uint32_t r = 0; r < step.n_logit_rows; ++r)
+        std::memcpy(dst + static_cast<uint64_t>(r) * n_cols,
+                    src + static_cast<uint64_t>(rows[r]) * n_cols, n_cols * sizeof(float));
+}
+
+}  // namespace headroom::kernels

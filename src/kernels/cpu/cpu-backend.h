@@ -1,0 +1,96 @@
+// The CPU backend: its device is the host. Buffers are host Regions, the
+// model file's tensors are used where they are mapped, and matrices the
+// kernels read faster in another layout are repacked at end_weights (its
+// "upload"): the packed copies replace the file's pages. Ops run the kernel
+// table chosen for this CPU (kernels.h) on a pool of worker threads; a step
+// is synchronous, and end_step hands back the arena's own logits rows.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/region.h"
+#include "core/thread-pool.h"
+#include "kernels/backend.h"
+
+namespace headroom::kernels {
+
+class CpuBackend final : public Backend {
+  public:
+    // Runs `ops` (default: the best table for this CPU, kernels::ops()) on
+    // n_threads workers; counts in `host`.
+    CpuBackend(Ledger& host, int n_threads, const Ops* ops = nullptr);
+    ~CpuBackend() override;
+
+    const Ops& ops() const { return ops_; }
+    ThreadPool& pool() { return pool_; }
+    // The host address of p: valid while its allocation lives. For this
+    // backend's own use and for tests that fill buffers directly.
+    uint8_t* host(DevPtr p) const;
+    // Bytes of matrices repacked at end_weights (resident, anonymous memory).
+    uint64_t packed_bytes() const { return packed_.size_bytes(); }
+    // The matrix (or vector) behind a weight.
+    const Matrix& matrix(const Weight& w) const { return weights_[w.id - 1]; }
+
+    std::string name() const override;
+    Ledger& ledger() override { return host_ledger(); }
+
+    DevPtr allocate(Term term, uint64_t bytes, const char* what) override;
+    void release(DevPtr buffer) override;
+    void upload(DevPtr dst, const void* src, uint64_t bytes) override;
+    void download(void* dst, DevPtr src, uint64_t bytes) override;
+    void copy_block(DevPtr dst, DevPtr src, uint64_t bytes) override;
+
+    void begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes) override;
+    Weight upload_matrix(const HostTensor& t, WeightUse use) override;
+    Weight upload_vector(const float* values, int64_t n) override;
+    void end_weights() override;
+    void make_resident(bool progress) override;
+
+    void set_workspace(const Workspace& ws) override;
+    void set_act_precision(ActPrecision p) override { ctx_.act_precision = p; }
+    void begin_step(const StepView&) override {}
+    float* end_step(DevPtr logits, uint64_t n_floats) override;
+
+    void get_rows(const Weight& table, const StepView& step, float scale, DevPtr out) override;
+    void rmsnorm(DevPtr x, const Weight& w, float weight_offset, float eps, int64_t n_rows,
+                 int64_t n, DevPtr out) override;
+    void matmul(std::span<const Weight* const> ws, DevPtr x, int64_t n_tokens,
+                std::span<const DevPtr> ys) override;
+    void add_bias(DevPtr y, const Weight& bias, int64_t n_rows) override;
+    void rope(DevPtr x, const StepView& step, const RopeArgs& args,
+              const Weight& freq_factors) override;
+    void store_kv(const KvLayout& kv, uint32_t layer, const StepView& step, DevPtr k,
+                  DevPtr v) override;
+    void attention(const KvLayout& kv, const StepView& step, const AttentionOp& op) override;
+    void silu_mul(DevPtr gate, DevPtr up, int64_t n) override;
+    void gelu_mul(DevPtr gate, DevPtr up, int64_t n) override;
+    void add(DevPtr x, DevPtr y, int64_t n) override;
+    void gather_rows(DevPtr x, int64_t n_cols, const StepView& step, DevPtr out) override;
+
+  private:
+    struct Allocation {
+        Region region;
+        Term term = Term::Activations;
+        bool live = false;
+    };
+    float* f32(DevPtr p) const { return reinterpret_cast<float*>(host(p)); }
+    const float* vec(const Weight& w) const {
+        return reinterpret_cast<const float*>(matrix(w).data);
+    }
+
+    const Ops& ops_;
+    ThreadPool pool_;
+    Context ctx_;
+    // Buffer id i - 1; ids are never reused.
+    std::vector<Allocation> allocations_;
+    // The model file's tensor data (not owned) and the weights' matrices.
+    std::span<const uint8_t> file_data_;
+    std::vector<Matrix> weights_;    // Weight::id - 1
+    std::vector<uint32_t> to_pack_;  // ids of matrices read by matmul
+    Region packed_;                  // their repacked copies
+};
+
+}  // namespace headroom::kernels

@@ -16,6 +16,12 @@ void Request::push(TokenEvent event) {
     {
         std::lock_guard lk(mu_);
         if (event.finish != FinishReason::None) done_ = true;
+        // A reader that lags keeps half the vector taken: close the gap
+        // rather than grow (erasing does not reallocate).
+        if (head_ > 0 && 2 * head_ >= events_.size()) {
+            events_.erase(events_.begin(), events_.begin() + static_cast<ptrdiff_t>(head_));
+            head_ = 0;
+        }
         events_.push_back(std::move(event));
     }
     cv_.notify_all();
@@ -23,16 +29,19 @@ void Request::push(TokenEvent event) {
 
 bool Request::next(TokenEvent& event, std::chrono::milliseconds timeout) {
     std::unique_lock lk(mu_);
-    if (!cv_.wait_for(lk, timeout, [&] { return !events_.empty() || done_; })) return false;
-    if (events_.empty()) return false;
-    event = std::move(events_.front());
-    events_.pop_front();
+    if (!cv_.wait_for(lk, timeout, [&] { return head_ < events_.size() || done_; })) return false;
+    if (head_ == events_.size()) return false;
+    event = std::move(events_[head_++]);
+    if (head_ == events_.size()) {
+        events_.clear();
+        head_ = 0;
+    }
     return true;
 }
 
 bool Request::finished() const {
     std::lock_guard lk(mu_);
-    return done_ && events_.empty();
+    return done_ && head_ == events_.size();
 }
 
 // ---- Engine ------------------------------------------------------------------
@@ -84,6 +93,8 @@ std::shared_ptr<Request> Engine::submit(GenerateRequest request, std::string* er
     for (const auto& s : r->params_.stop)
         r->max_stop_bytes_ = std::max(r->max_stop_bytes_, s.size());
     r->t_arrival_ = Clock::now();
+    r->events_.reserve(16);
+    r->text_.reserve(64);
     {
         std::lock_guard lk(inbox_mu_);
         if (!accepting_) return refuse("the server is shutting down");
@@ -233,7 +244,9 @@ void Engine::emit_token(Request& r, const SampleResult& s) {
                     if (stop.size() > k && std::string_view(stop).substr(0, k) == tail) hold = k;
             }
             ev.text = r.text_.substr(r.n_emitted_, pending - hold);
-            r.n_emitted_ += pending - hold;
+            // Only the held tail is kept: a stop string starts after what was sent.
+            r.text_.erase(0, r.n_emitted_ + pending - hold);
+            r.n_emitted_ = 0;
         }
     }
     if (reason == FinishReason::None && r.seq_.tokens.size() >= r.seq_.max_total)

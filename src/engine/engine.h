@@ -8,7 +8,6 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -69,7 +68,10 @@ class Request {
     std::atomic<FinishReason> finish_{FinishReason::None};
     mutable std::mutex mu_;
     std::condition_variable cv_;
-    std::deque<TokenEvent> events_;
+    // Events not yet taken are events_[head_, size): a vector whose
+    // capacity stays, so a reader that keeps up costs no allocation.
+    std::vector<TokenEvent> events_;
+    size_t head_ = 0;
     bool done_ = false;  // the closing event was pushed
 
     // Engine-thread state.
@@ -77,8 +79,8 @@ class Request {
     SamplingParams params_;
     std::unique_ptr<Sampler> sampler_;
     std::unique_ptr<StreamDecoder> decoder_;
-    std::string text_;      // all output text so far
-    size_t n_emitted_ = 0;  // bytes of text_ already sent
+    std::string text_;      // output text not yet sent (held back: it may start a stop string)
+    size_t n_emitted_ = 0;  // bytes of text_ already sent (0 but at the end)
     size_t max_stop_bytes_ = 0;
     std::chrono::steady_clock::time_point t_arrival_, t_last_token_;
     bool first_token_seen_ = false;

@@ -124,28 +124,36 @@ SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> p
         std::nth_element(index, index + params_.top_k - 1, index + n, by_logit);
         n = params_.top_k;
     }
-    const bool need_sorted = params_.top_p < 1.0f;
-    if (need_sorted) std::sort(index, index + n, by_logit);
     float mx = -std::numeric_limits<float>::infinity();
     for (int32_t i = 0; i < n; ++i) mx = std::max(mx, logits[index[i]]);
+    // Softmax over the candidates: weight e^((l - mx) / T), normalized by their sum.
+    const auto weight = [&](int32_t token) {
+        return std::exp((logits[token] - mx) / params_.temperature);
+    };
     double sum = 0;
-    for (int32_t i = 0; i < n; ++i) {
-        probs[i] = std::exp((logits[index[i]] - mx) / params_.temperature);
-        sum += probs[i];
-    }
-    for (int32_t i = 0; i < n; ++i) probs[i] = static_cast<float>(probs[i] / sum);
-    if (need_sorted) {
-        double cum = 0;
-        int32_t keep = n;
-        for (int32_t i = 0; i < n; ++i) {
-            cum += probs[i];
-            if (cum >= params_.top_p) {
-                keep = i + 1;
+    for (int32_t i = 0; i < n; ++i) sum += weight(index[i]);
+    if (params_.top_p < 1.0f) {
+        // Top-p keeps the most likely candidates whose mass reaches top_p.
+        // They are few: sort a head of the candidates, four times longer each
+        // time it falls short, instead of all of them.
+        int32_t head = std::min<int32_t>(n, 64);
+        for (;;) {
+            if (head < n) std::nth_element(index, index + head - 1, index + n, by_logit);
+            std::sort(index, index + head, by_logit);
+            double cum = 0;
+            int32_t keep = 0;
+            for (int32_t i = 0; i < head && !keep; ++i) {
+                cum += static_cast<float>(weight(index[i]) / sum);
+                if (cum >= params_.top_p) keep = i + 1;
+            }
+            if (keep || head == n) {
+                if (keep) n = keep;
                 break;
             }
+            head = static_cast<int32_t>(std::min<int64_t>(n, int64_t{head} * 4));
         }
-        n = keep;
     }
+    for (int32_t i = 0; i < n; ++i) probs[i] = static_cast<float>(weight(index[i]) / sum);
     if (params_.min_p > 0) {
         float p_max = 0;
         for (int32_t i = 0; i < n; ++i) p_max = std::max(p_max, probs[i]);

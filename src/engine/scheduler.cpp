@@ -12,6 +12,8 @@ Scheduler::Scheduler(KvCache& cache, const SchedulerConfig& config)
     : cache_(cache), config_(config) {
     out_.seqs.reserve(config.max_num_seqs);
     out_.preempted.reserve(config.max_num_seqs);
+    running_.reserve(config.max_num_seqs);
+    next_running_.reserve(config.max_num_seqs);
 }
 
 std::string Scheduler::check_admissible(uint32_t n_prompt) const {
@@ -51,11 +53,12 @@ const SchedulerOutput& Scheduler::schedule() {
     out_.n_tokens = 0;
     uint32_t budget = config_.max_num_batched_tokens;
 
-    // 1. Running sequences, oldest first; victims come off the back.
+    // 1. Running sequences, oldest first (running_[head]); victims come off
+    // the back (running_[tail - 1]).
     next_running_.clear();
-    while (!running_.empty()) {
-        Sequence* seq = running_.front();
-        running_.pop_front();
+    size_t head = 0, tail = running_.size();
+    while (head < tail) {
+        Sequence* seq = running_[head++];
         if (budget == 0) {
             next_running_.push_back(seq);
             continue;
@@ -67,10 +70,8 @@ const SchedulerOutput& Scheduler::schedule() {
         }
         bool preempted_self = false;
         while (!cache_.can_grow(seq->kv, n)) {
-            if (!running_.empty()) {
-                Sequence* victim = running_.back();
-                running_.pop_back();
-                preempt(victim);
+            if (head < tail) {
+                preempt(running_[--tail]);
             } else {
                 preempt(seq);
                 preempted_self = true;
@@ -117,7 +118,7 @@ const SchedulerOutput& Scheduler::schedule() {
 }
 
 void Scheduler::remove(Sequence* seq) {
-    auto drop = [seq](std::deque<Sequence*>& q) {
+    auto drop = [seq](auto& q) {
         auto it = std::find(q.begin(), q.end(), seq);
         if (it == q.end()) return false;
         q.erase(it);

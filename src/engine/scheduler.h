@@ -64,7 +64,7 @@ class Scheduler {
     size_t n_running() const { return running_.size(); }
     size_t n_waiting() const { return waiting_.size(); }
     uint64_t n_preemptions() const { return n_preemptions_; }
-    const std::deque<Sequence*>& running() const { return running_; }
+    const std::vector<Sequence*>& running() const { return running_; }
     const std::deque<Sequence*>& waiting() const { return waiting_; }
 
   private:
@@ -72,10 +72,12 @@ class Scheduler {
 
     KvCache& cache_;
     SchedulerConfig config_;
-    std::deque<Sequence*> running_;  // oldest first
+    // Oldest first; at most max_num_seqs, capacity reserved (so are
+    // next_running_ and out_), so a step without arrivals allocates nothing.
+    std::vector<Sequence*> running_;
     std::deque<Sequence*> waiting_;  // front runs next
     SchedulerOutput out_;
-    std::deque<Sequence*> next_running_;
+    std::vector<Sequence*> next_running_;
     uint64_t n_preemptions_ = 0;
 };
 

@@ -74,6 +74,27 @@ TEST(Sampling, TopKTopPAndMinPCutTheTail) {
     EXPECT_EQ(f.size(), 2u);
 }
 
+TEST(Sampling, TopPKeepsAsManyCandidatesAsItsMassNeeds) {
+    // 4096 tokens: token i has weight 2 for i < 1000, else 1. Total mass
+    // 2000 + 3096 = 5096; top_p 0.6 (3057.6) keeps the 1000 heavy tokens
+    // (2000) and the first 1058 light ones by index (the tie order), 2058
+    // tokens: far more than one sorted head of candidates.
+    std::vector<float> logits(4096, 0.0f);
+    for (int i = 0; i < 1000; ++i) logits[i] = std::log(2.0f);
+    SamplingParams p;
+    p.top_p = 0.6f;
+    const auto f = frequencies(p, logits, 20000);
+    int32_t hi = 0;
+    double heavy = 0;
+    for (const auto& [token, freq] : f) {
+        hi = std::max(hi, token);
+        if (token < 1000) heavy += freq;
+    }
+    EXPECT_LT(hi, 2058);
+    EXPECT_GT(hi, 2000);                       // the tail of the kept set is drawn too
+    EXPECT_NEAR(heavy, 2000.0 / 3058, 0.015);  // kept mass 2000 + 1058
+}
+
 TEST(Sampling, SameSeedSameTokens) {
     SamplingParams p;
     p.seed = 99;

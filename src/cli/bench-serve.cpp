@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "engine/engine.h"
+#include "memory/report.h"
 
 namespace headroom::cli {
 
@@ -110,7 +111,6 @@ void add_bench_serve_subcommand(CLI::App& bench) {
         LoadedModel lm = load_model(o->engine.model, {ro.config.n_threads});
         Runner runner(*lm.model, lm.desc, ro, *lm.backend);
         lm.backend->make_resident(!o->json);
-        Ledger& ledger = *lm.host_ledger;
         EngineMetrics metrics;
         Engine engine(runner, *lm.tokenizer, metrics);
 
@@ -193,7 +193,7 @@ void add_bench_serve_subcommand(CLI::App& bench) {
             e2e.push_back(oc.e2e_s);
             itl.insert(itl.end(), oc.itl_s.begin(), oc.itl_s.end());
         }
-        const auto snap = ledger.snapshot();
+        const auto snap = sum_ledgers(lm.backend->snapshots());
         const double hit_rate = metrics.prefix_query_tokens
                                     ? static_cast<double>(metrics.prefix_hit_tokens) /
                                           static_cast<double>(metrics.prefix_query_tokens)

@@ -210,7 +210,6 @@ void add_run_command(CLI::App& app) {
         LoadedModel lm = load_model(o->engine.model, {ro.config.n_threads});
         Runner runner(*lm.model, lm.desc, ro, *lm.backend);
         lm.backend->make_resident(!o->quiet);
-        Ledger& ledger = *lm.host_ledger;
         EngineMetrics metrics;
         Engine engine(runner, *lm.tokenizer, metrics);
         const uint32_t max_len = runner.plan().config.max_model_len;
@@ -264,7 +263,7 @@ void add_run_command(CLI::App& app) {
             }
         }
         process.rss_bytes = current_rss_bytes();
-        const LedgerSnapshot snap = ledger.snapshot();
+        const std::vector<LedgerSnapshot> snap = lm.backend->snapshots();
         if (!o->quiet)
             fmt::print(stderr, "{}\n",
                        memory_summary_line(runner.plan(), snap, runner.cache(), process));

@@ -144,7 +144,6 @@ void serve(ServeOptions& o) {
     LoadedModel lm = load_model(o.engine.model, {ro.config.n_threads});
     Runner runner(*lm.model, lm.desc, ro, *lm.backend);
     lm.backend->make_resident(!o.quiet);
-    Ledger& ledger = *lm.host_ledger;
     const ChatTemplate chat_template = ChatTemplate::from_gguf(*lm.file);
     EngineMetrics metrics;
     Engine engine(runner, *lm.tokenizer, metrics);
@@ -155,7 +154,7 @@ void serve(ServeOptions& o) {
     served.metrics = &metrics;
     served.tokenizer = lm.tokenizer.get();
     served.chat_template = &chat_template;
-    served.ledger = &ledger;
+    served.ledgers = lm.backend->ledgers();
     served.max_model_len = runner.plan().config.max_model_len;
     served.created_s = unix_time_s();
     served.rss_start_bytes = process.rss_start_bytes;
@@ -163,9 +162,9 @@ void serve(ServeOptions& o) {
     // Taken before the engine thread starts: the only time the KV pool may
     // be read from this thread.
     served.memory_report =
-        memory_report_json(runner.plan(), ledger.snapshot(), runner.cache(), process);
+        memory_report_json(runner.plan(), lm.backend->snapshots(), runner.cache(), process);
     const std::string summary =
-        memory_summary_line(runner.plan(), ledger.snapshot(), runner.cache(), process);
+        memory_summary_line(runner.plan(), lm.backend->snapshots(), runner.cache(), process);
 
     signals.set_loading(false);
     engine.start();

@@ -63,6 +63,7 @@ void Ledger::set_allocated(Term term, uint64_t bytes) {
 
 LedgerSnapshot Ledger::snapshot() const {
     LedgerSnapshot s;
+    s.device = device_;
     for (size_t i = 0; i < 4; ++i) {
         s.terms[i].allocated_bytes = counters_[i].allocated.load(std::memory_order_relaxed);
         s.terms[i].peak_bytes = counters_[i].peak.load(std::memory_order_relaxed);

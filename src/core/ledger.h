@@ -30,6 +30,7 @@ struct TermSnapshot {
 };
 
 struct LedgerSnapshot {
+    std::string device;
     std::array<TermSnapshot, 4> terms{};
     const TermSnapshot& operator[](Term t) const { return terms[static_cast<size_t>(t)]; }
     uint64_t total_reserved_bytes() const;

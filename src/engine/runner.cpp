@@ -9,9 +9,21 @@
 
 namespace headroom {
 
+namespace {
+
+// The configuration with the backend's device: what the plan places where.
+EngineConfig on_device(EngineConfig c, kernels::Backend& backend) {
+    c.device = backend.ledger().device();
+    return c;
+}
+
+}  // namespace
+
 Runner::Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& options,
                kernels::Backend& backend)
-    : model_(model), plan_(plan_memory(desc, options.config, options.budget)), backend_(backend) {
+    : model_(model),
+      plan_(plan_memory(desc, on_device(options.config, backend), options.budget)),
+      backend_(backend) {
     if (!plan_.fits) throw Error(plan_.refusal);
     if (plan_.config.max_model_len > model.hparams().n_ctx_train && model.hparams().n_ctx_train > 0)
         fmt::print(stderr, "warning: --max-model-len {} exceeds the model's trained context {}\n",

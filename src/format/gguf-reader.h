@@ -81,6 +81,9 @@ class GgufFile {
     const std::vector<TensorInfo>& tensors() const { return tensors_; }
     const TensorInfo* find_tensor(std::string_view name) const;
     uint64_t tensor_bytes_total() const;
+    // True when the bytes are a read-only mapping of the file (open()), whose
+    // pages may be dropped and are read back from the file; false for parse().
+    bool is_mapped() const { return file_ != nullptr; }
     // The tensor data: from the data section's start to the end of the file.
     std::span<const uint8_t> data_section() const {
         return data_offset_ < bytes_.size() ? bytes_.subspan(data_offset_)

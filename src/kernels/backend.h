@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/ledger.h"
 #include "format/tensor-type.h"
@@ -112,6 +113,18 @@ class Backend {
     // The device's memory is the host's (the CPU backend): its buffers are
     // host memory and the ledger is the host's.
     bool is_host() const { return is_host_; }
+    // Every ledger this backend counts in: its device's, then the host's if
+    // that is another one.
+    std::vector<const Ledger*> ledgers() {
+        std::vector<const Ledger*> l{&ledger()};
+        if (!is_host_) l.push_back(&host_ledger_);
+        return l;
+    }
+    std::vector<LedgerSnapshot> snapshots() {
+        std::vector<LedgerSnapshot> s;
+        for (const Ledger* l : ledgers()) s.push_back(l->snapshot());
+        return s;
+    }
 
     // ---- memory ----
     // Takes `bytes` of device memory, zero-filled, reserved in the device
@@ -125,9 +138,12 @@ class Backend {
     virtual void copy_block(DevPtr dst, DevPtr src, uint64_t bytes) = 0;
 
     // ---- weights, once at load ----
-    // The model file's tensor data (mapped host memory, `tensor_bytes` of
-    // tensors in `file_data`); tensors uploaded next point into it.
-    virtual void begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes) = 0;
+    // The model file's tensor data (host memory, `tensor_bytes` of tensors in
+    // `file_data`); tensors uploaded next point into it. `mapped`: it is a
+    // read-only mapping of the file, whose pages may be dropped once copied
+    // (they would be read back from the file); else memory the caller owns.
+    virtual void begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes,
+                               bool mapped) = 0;
     virtual Weight upload_matrix(const HostTensor& t, WeightUse use) = 0;
     // n f32 values (a vector the model converted if the file stores it in
     // another type).

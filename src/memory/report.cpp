@@ -8,18 +8,46 @@ namespace headroom {
 
 namespace {
 
-uint64_t predicted(const MemoryPlan& p, Term t) {
+uint64_t predicted(const DeviceTerms& d, Term t) {
     switch (t) {
         case Term::Weights:
-            return p.weights_bytes;
+            return d.weights_bytes;
         case Term::KvCache:
-            return p.kv_cache_bytes;
+            return d.kv_cache_bytes;
         case Term::Activations:
-            return p.activations_bytes();
+            return d.activations_bytes;
         case Term::Runtime:
-            return p.runtime_bytes();
+            return d.runtime_bytes;
     }
     return 0;
+}
+
+// What the plan predicted for one device (nothing for a device it does not name).
+DeviceTerms predicted_for(const MemoryPlan& p, const std::string& device) {
+    for (const auto& d : p.device_terms())
+        if (d.device == device) return d;
+    return {device};
+}
+
+DeviceTerms predicted_total(const MemoryPlan& p) {
+    return {"all", p.weights_bytes, p.kv_cache_bytes, p.activations_bytes(), p.runtime_bytes()};
+}
+
+nlohmann::json terms_json(const LedgerSnapshot& ledger) {
+    nlohmann::json terms = nlohmann::json::object();
+    for (Term t : kTerms) {
+        const auto& s = ledger[t];
+        terms[std::string(name(t))] = {{"allocated_bytes", s.allocated_bytes},
+                                       {"peak_bytes", s.peak_bytes},
+                                       {"reserved_bytes", s.reserved_bytes}};
+    }
+    return terms;
+}
+
+nlohmann::json predicted_json(const DeviceTerms& d) {
+    nlohmann::json pred = nlohmann::json::object();
+    for (Term t : kTerms) pred[std::string(name(t))] = predicted(d, t);
+    return pred;
 }
 
 }  // namespace
@@ -35,16 +63,27 @@ nlohmann::json engine_config_json(const EngineConfig& c) {
             {"n_cpu_layers", c.n_cpu_layers}};
 }
 
-nlohmann::json memory_report_json(const MemoryPlan& plan, const LedgerSnapshot& ledger,
-                                  const KvCache& cache, const ProcessMemory& process) {
-    nlohmann::json terms = nlohmann::json::object(), pred = nlohmann::json::object();
-    for (Term t : kTerms) {
-        const auto& s = ledger[t];
-        terms[std::string(name(t))] = {{"allocated_bytes", s.allocated_bytes},
-                                       {"peak_bytes", s.peak_bytes},
-                                       {"reserved_bytes", s.reserved_bytes}};
-        pred[std::string(name(t))] = predicted(plan, t);
+LedgerSnapshot sum_ledgers(std::span<const LedgerSnapshot> ledgers) {
+    LedgerSnapshot sum;
+    sum.device = "all";
+    for (const auto& l : ledgers) {
+        for (size_t i = 0; i < sum.terms.size(); ++i) {
+            sum.terms[i].allocated_bytes += l.terms[i].allocated_bytes;
+            sum.terms[i].peak_bytes += l.terms[i].peak_bytes;
+            sum.terms[i].reserved_bytes += l.terms[i].reserved_bytes;
+        }
     }
+    return sum;
+}
+
+nlohmann::json memory_report_json(const MemoryPlan& plan, std::span<const LedgerSnapshot> ledgers,
+                                  const KvCache& cache, const ProcessMemory& process) {
+    const nlohmann::json terms = terms_json(sum_ledgers(ledgers));
+    const nlohmann::json pred = predicted_json(predicted_total(plan));
+    nlohmann::json devices = nlohmann::json::object();
+    for (const auto& l : ledgers)
+        devices[l.device] = {{"terms", terms_json(l)},
+                             {"predicted", predicted_json(predicted_for(plan, l.device))}};
     nlohmann::json groups = nlohmann::json::array();
     uint64_t block_bytes = 0;
     for (size_t g = 0; g < cache.n_groups(); ++g) {
@@ -63,6 +102,7 @@ nlohmann::json memory_report_json(const MemoryPlan& plan, const LedgerSnapshot& 
     const auto& c = plan.config;
     return {{"terms", terms},
             {"predicted", pred},
+            {"devices", devices},
             {"budget_bytes", plan.budget_bytes},
             {"kv_blocks_total", cache.n_blocks_total()},
             {"kv_blocks_used", cache.n_blocks_used()},
@@ -80,26 +120,33 @@ nlohmann::json memory_report_json(const MemoryPlan& plan, const LedgerSnapshot& 
               {"hit_tokens", cache.prefix_stats().hit_tokens}}}};
 }
 
-std::string memory_report_table(const MemoryPlan& plan, const LedgerSnapshot& ledger,
+std::string memory_report_table(const MemoryPlan& plan, std::span<const LedgerSnapshot> ledgers,
                                 const KvCache& cache, const ProcessMemory& process) {
     std::string out;
     const auto& c = plan.config;
-    out += fmt::format("headroom memory report: budget {}\n", format_bytes(plan.budget_bytes));
-    out += fmt::format("  {:<12} {:>12} {:>12} {:>12} {:>12}\n", "term", "predicted", "reserved",
-                       "allocated", "peak");
-    uint64_t tp = 0, tr = 0, ta = 0, tk = 0;
-    for (Term t : kTerms) {
-        const auto& s = ledger[t];
-        out += fmt::format("  {:<12} {:>12} {:>12} {:>12} {:>12}\n", name(t),
-                           format_bytes(predicted(plan, t)), format_bytes(s.reserved_bytes),
-                           format_bytes(s.allocated_bytes), format_bytes(s.peak_bytes));
-        tp += predicted(plan, t);
-        tr += s.reserved_bytes;
-        ta += s.allocated_bytes;
-        tk += s.peak_bytes;
+    out += fmt::format("headroom memory report: budget {} on {}\n", format_bytes(plan.budget_bytes),
+                       plan.config.device);
+    out += fmt::format("  {:<8} {:<12} {:>12} {:>12} {:>12} {:>12}\n", "device", "term",
+                       "predicted", "reserved", "allocated", "peak");
+    uint64_t tr = 0;
+    for (const auto& ledger : ledgers) {
+        const DeviceTerms d = predicted_for(plan, ledger.device);
+        uint64_t dr = 0, da = 0, dk = 0;
+        for (Term t : kTerms) {
+            const auto& s = ledger[t];
+            out +=
+                fmt::format("  {:<8} {:<12} {:>12} {:>12} {:>12} {:>12}\n", ledger.device, name(t),
+                            format_bytes(predicted(d, t)), format_bytes(s.reserved_bytes),
+                            format_bytes(s.allocated_bytes), format_bytes(s.peak_bytes));
+            dr += s.reserved_bytes;
+            da += s.allocated_bytes;
+            dk += s.peak_bytes;
+        }
+        out += fmt::format("  {:<8} {:<12} {:>12} {:>12} {:>12} {:>12}\n", ledger.device, "total",
+                           format_bytes(d.total_bytes()), format_bytes(dr), format_bytes(da),
+                           format_bytes(dk));
+        if (ledger.device == "host") tr += dr;
     }
-    out += fmt::format("  {:<12} {:>12} {:>12} {:>12} {:>12}\n", "total", format_bytes(tp),
-                       format_bytes(tr), format_bytes(ta), format_bytes(tk));
     for (size_t g = 0; g < cache.n_groups(); ++g) {
         const auto& gp = cache.group(g);
         const auto& pool = cache.pool(g);
@@ -122,19 +169,23 @@ std::string memory_report_table(const MemoryPlan& plan, const LedgerSnapshot& le
     const uint64_t growth = process.rss_bytes > process.rss_start_bytes
                                 ? process.rss_bytes - process.rss_start_bytes
                                 : 0;
-    out += fmt::format("  process RSS {} (grew {} since start; ledger reserves {}, {:+.1f}%)\n",
-                       format_bytes(process.rss_bytes), format_bytes(growth), format_bytes(tr),
-                       tr ? 100.0 * (static_cast<double>(growth) - static_cast<double>(tr)) /
-                                static_cast<double>(tr)
-                          : 0.0);
+    out += fmt::format(
+        "  process RSS {} (grew {} since start; the host ledger reserves {}, {:+.1f}%)\n",
+        format_bytes(process.rss_bytes), format_bytes(growth), format_bytes(tr),
+        tr ? 100.0 * (static_cast<double>(growth) - static_cast<double>(tr)) /
+                 static_cast<double>(tr)
+           : 0.0);
     return out;
 }
 
-std::string memory_summary_line(const MemoryPlan& plan, const LedgerSnapshot& ledger,
+std::string memory_summary_line(const MemoryPlan& plan, std::span<const LedgerSnapshot> ledgers,
                                 const KvCache& cache, const ProcessMemory& process) {
+    const LedgerSnapshot ledger = sum_ledgers(ledgers);
     const uint64_t kv_reserved = ledger[Term::KvCache].reserved_bytes;
+    const std::string where =
+        plan.config.device == "host" ? "" : fmt::format(" (kv on {})", plan.config.device);
     return fmt::format(
-        "memory: weights {}, kv {} ({:.1f}% used, {}), activations {}, runtime {}; RSS {}",
+        "memory{}: weights {}, kv {} ({:.1f}% used, {}), activations {}, runtime {}; RSS {}", where,
         format_bytes(ledger[Term::Weights].reserved_bytes), format_bytes(kv_reserved),
         kv_reserved ? 100.0 * ledger[Term::KvCache].peak_bytes / kv_reserved : 0.0,
         name(plan.config.kv_dtype), format_bytes(ledger[Term::Activations].reserved_bytes),

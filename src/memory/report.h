@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 
 #include "core/ledger.h"
@@ -21,13 +22,18 @@ struct ProcessMemory {
 // The engine configuration as reported by `run --memory-report-json`, /v1/memory and `plan --json`.
 nlohmann::json engine_config_json(const EngineConfig& config);
 
-nlohmann::json memory_report_json(const MemoryPlan& plan, const LedgerSnapshot& ledger,
+// `ledgers`: one snapshot per device, the backend's first (the host only,
+// for the CPU backend). Each device's terms are reported with what the plan
+// predicted for it; "terms" and "predicted" at the top are their sums.
+nlohmann::json memory_report_json(const MemoryPlan& plan, std::span<const LedgerSnapshot> ledgers,
                                   const KvCache& cache, const ProcessMemory& process);
-std::string memory_report_table(const MemoryPlan& plan, const LedgerSnapshot& ledger,
+std::string memory_report_table(const MemoryPlan& plan, std::span<const LedgerSnapshot> ledgers,
                                 const KvCache& cache, const ProcessMemory& process);
 // One line: "memory: weights 92.1 MiB, kv 180 MiB (2% used), activations 10 MiB, runtime 12 MiB;
-// RSS 301 MiB"
-std::string memory_summary_line(const MemoryPlan& plan, const LedgerSnapshot& ledger,
+// RSS 301 MiB", with the device when it is not the host.
+std::string memory_summary_line(const MemoryPlan& plan, std::span<const LedgerSnapshot> ledgers,
                                 const KvCache& cache, const ProcessMemory& process);
+// The terms of several snapshots added up (the whole process).
+LedgerSnapshot sum_ledgers(std::span<const LedgerSnapshot> ledgers);
 
 }  // namespace headroom

@@ -62,6 +62,17 @@ uint64_t estimate_tokenizer_bytes(uint64_t n_vocab, uint64_t vocab_text_bytes, u
     return vocab_text_bytes + n_vocab * 96 + n_merges * 64;
 }
 
+std::vector<DeviceTerms> MemoryPlan::device_terms() const {
+    DeviceTerms d{config.device, weights_bytes, kv_cache_bytes, activations_bytes(),
+                  runtime_bytes()};
+    if (config.device == "host") return {d};
+    DeviceTerms host{"host", 0, 0, activations.staging_bytes,
+                     runtime_bytes() - runtime.device_context_bytes};
+    d.activations_bytes = activations.device_bytes;
+    d.runtime_bytes = runtime.device_context_bytes;
+    return {d, host};
+}
+
 ModelDesc describe_gguf(const gguf::GgufFile& file) {
     ModelDesc m;
     m.hp = read_hparams(file, false);
@@ -213,7 +224,8 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
     }
     p.kv_bytes_per_seq =
         kv_bytes_for_len(p.kv_groups, c.max_model_len, c.block_size, c.max_num_batched_tokens);
-    p.activations = plan_activations(hp, c.max_num_batched_tokens, c.max_logit_rows, c.n_threads);
+    p.activations = plan_activations(hp, c.max_num_batched_tokens, c.max_logit_rows, c.n_threads,
+                                     c.device == "host");
 
     p.runtime.thread_stacks_bytes = uint64_t{c.n_threads - 1} * ThreadPool::kWorkerStackBytes;
     p.runtime.device_context_bytes = budget.device_context_bytes;

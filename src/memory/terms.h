@@ -72,6 +72,10 @@ struct EngineConfig {
     // host memory (a GPU plan with layers left on the CPU): the terms count
     // only what the device holds. 0 on a CPU-only engine.
     uint32_t n_cpu_layers = 0;
+    // The device the backend runs on: "host" (the CPU backend) or a GPU
+    // ("gpu0"). Off the host, the activation arena's staging part and the
+    // runtime but the device context are host memory (device_terms()).
+    std::string device = "host";
 };
 
 // How much memory the engine may use.
@@ -113,6 +117,18 @@ struct RuntimeBreakdown {
     }
 };
 
+// What one device holds of a plan, term by term.
+struct DeviceTerms {
+    std::string device;
+    uint64_t weights_bytes = 0;
+    uint64_t kv_cache_bytes = 0;
+    uint64_t activations_bytes = 0;
+    uint64_t runtime_bytes = 0;
+    uint64_t total_bytes() const {
+        return weights_bytes + kv_cache_bytes + activations_bytes + runtime_bytes;
+    }
+};
+
 struct MemoryPlan {
     EngineConfig config;  // with defaults resolved
     BudgetSpec budget_spec;
@@ -136,6 +152,9 @@ struct MemoryPlan {
     uint64_t total_bytes() const {
         return weights_bytes + kv_cache_bytes + activations_bytes() + runtime_bytes();
     }
+    // The terms by device, the backend's device first: one entry ("host")
+    // for the CPU backend; for a GPU, the GPU and the host.
+    std::vector<DeviceTerms> device_terms() const;
 };
 
 // The KV layer groups of a model (without pool sizes), for the layers from

@@ -13,7 +13,7 @@ namespace headroom {
 
 std::unique_ptr<Model> Model::load(const gguf::GgufFile& file, kernels::Backend& backend) {
     HParams hp = read_hparams(file, true);
-    backend.begin_weights(file.data_section(), file.tensor_bytes_total());
+    backend.begin_weights(file.data_section(), file.tensor_bytes_total(), file.is_mapped());
     std::unique_ptr<Model> m = hp.arch == "gemma3" ? make_gemma3_model(file, std::move(hp), backend)
                                                    : make_llama_model(file, std::move(hp), backend);
     backend.end_weights();

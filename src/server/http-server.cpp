@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "memory/report.h"
 #include "server/generation.h"
 
 namespace headroom::server {
@@ -173,13 +174,20 @@ void HttpServer::Impl::post_generation(Endpoint endpoint, const httplib::Request
 json HttpServer::Impl::memory_json(const ServedModel& m) const {
     // The start-up report with everything that moves refreshed from atomics.
     json j = m.memory_report;
-    const LedgerSnapshot snap = m.ledger->snapshot();
-    for (Term t : kTerms) {
-        const auto& s = snap[t];
-        j["terms"][std::string(name(t))] = {{"allocated_bytes", s.allocated_bytes},
-                                            {"peak_bytes", s.peak_bytes},
-                                            {"reserved_bytes", s.reserved_bytes}};
-    }
+    std::vector<LedgerSnapshot> snaps;
+    for (const Ledger* l : m.ledgers) snaps.push_back(l->snapshot());
+    auto terms = [](const LedgerSnapshot& snap) {
+        json t = json::object();
+        for (Term term : kTerms) {
+            const auto& s = snap[term];
+            t[std::string(name(term))] = {{"allocated_bytes", s.allocated_bytes},
+                                          {"peak_bytes", s.peak_bytes},
+                                          {"reserved_bytes", s.reserved_bytes}};
+        }
+        return t;
+    };
+    j["terms"] = terms(sum_ledgers(snaps));
+    for (const auto& s : snaps) j["devices"][s.device]["terms"] = terms(s);
     const EngineMetrics& em = *m.metrics;
     j["kv_blocks_used"] = em.kv_blocks_used.load();
     if (j.contains("kv_groups") && j["kv_groups"].is_array()) {
@@ -237,7 +245,7 @@ void HttpServer::Impl::routes() {
         const ServedModel& m = *ready();
         MetricsSnapshot snap;
         snap.engine = m.metrics;
-        snap.ledger = m.ledger->snapshot();
+        for (const Ledger* l : m.ledgers) snap.ledgers.push_back(l->snapshot());
         snap.rss_bytes = current_rss_bytes();
         snap.http = &counters;
         res.set_content(prometheus_text(snap), "text/plain; version=0.0.4; charset=utf-8");

@@ -60,7 +60,7 @@ struct ServedModel {
     const EngineMetrics* metrics = nullptr;
     const Tokenizer* tokenizer = nullptr;
     const ChatTemplate* chat_template = nullptr;
-    const Ledger* ledger = nullptr;
+    std::vector<const Ledger*> ledgers;  // one per device (Backend::ledgers())
     // memory_report_json() taken before the engine started; /v1/memory
     // returns it with the values that change refreshed from atomics.
     nlohmann::json memory_report;

@@ -90,8 +90,10 @@ std::string prometheus_text(const MetricsSnapshot& s) {
     };
     for (const auto& f : fields) {
         x.family(f.metric, "gauge", f.help);
-        for (Term t : kTerms)
-            x.sample(f.metric, s.ledger[t].*f.field, fmt::format("term=\"{}\"", name(t)));
+        for (const auto& l : s.ledgers)
+            for (Term t : kTerms)
+                x.sample(f.metric, l[t].*f.field,
+                         fmt::format("term=\"{}\",device=\"{}\"", name(t), l.device));
     }
     x.gauge("headroom_process_resident_memory_bytes", "Resident set size of the process",
             s.rss_bytes);

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/ledger.h"
 #include "engine/metrics.h"
@@ -27,7 +28,7 @@ struct HttpCounters {
 
 struct MetricsSnapshot {
     const EngineMetrics* engine = nullptr;
-    LedgerSnapshot ledger;
+    std::vector<LedgerSnapshot> ledgers;  // one per device
     uint64_t rss_bytes = 0;
     const HttpCounters* http = nullptr;
 };

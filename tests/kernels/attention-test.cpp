@@ -137,6 +137,7 @@ const Shape kShapes[] = {
 };
 
 TEST_P(Attention, MatchesTheReferenceAndIsBatchInvariant) {
+    HR_REQUIRE_FAST_BACKEND();
     const auto [dtype, shape_index] = GetParam();
     const Shape& s = kShapes[shape_index];
     // Three sequences: a prefill chunk continuing a cached prefix, a decode

@@ -15,6 +15,7 @@ using test::random_acts;
 using test::TestContext;
 
 TEST(Elementwise, RmsNormMatchesTheReference) {
+    HR_REQUIRE_FAST_BACKEND();
     TestContext tc(3, 64, 1);
     for (const int64_t n : {int64_t{7}, int64_t{64}, int64_t{1000}}) {
         const int64_t n_tokens = 70;  // 70 x 1000 elements: parallel
@@ -38,6 +39,7 @@ TEST(Elementwise, RmsNormMatchesTheReference) {
 }
 
 TEST(Elementwise, GatedActivationsMatchTheReference) {
+    HR_REQUIRE_FAST_BACKEND();
     TestContext tc(2, 64, 1);
     const int64_t n = 100003;  // parallel, with a tail
     const auto g = random_acts(1, n, 3), u = random_acts(1, n, 4);
@@ -60,6 +62,7 @@ TEST(Elementwise, GatedActivationsMatchTheReference) {
 }
 
 TEST(Elementwise, AddAndRopeAreExact) {
+    HR_REQUIRE_FAST_BACKEND();
     TestContext tc(2, 64, 1);
     const auto x = random_acts(1, 70001, 5), y = random_acts(1, 70001, 6);
     std::vector<float> ref = x;
@@ -104,6 +107,7 @@ TEST(Elementwise, AddAndRopeAreExact) {
 // frequency factors, fewer rotated dims) and the position moving on. Each
 // call rotates exactly as the reference does, whatever the one before it.
 TEST(Elementwise, RopeOfOneTokenFollowsEveryChangeOfArguments) {
+    HR_REQUIRE_FAST_BACKEND();
     TestContext tc(2, 64, 1);
     const uint32_t n_head = 4, head_dim = 64;
     std::vector<float> factors(32);
@@ -144,6 +148,7 @@ TEST(Elementwise, RopeOfOneTokenFollowsEveryChangeOfArguments) {
 // Heads wider than any known model's (a file may say anything): rotated as
 // the reference does, never past the end of a buffer.
 TEST(Elementwise, RopeOfVeryWideHeadsMatchesTheReference) {
+    HR_REQUIRE_FAST_BACKEND();
     TestContext tc(2, 64, 1);
     for (const uint32_t head_dim : {1024u, 1040u, 4096u}) {
         const std::vector<uint32_t> pos = {3, 9000};
@@ -164,6 +169,7 @@ TEST(Elementwise, RopeOfVeryWideHeadsMatchesTheReference) {
 // cache type, on rows that hold what rounds to half subnormals, to infinity,
 // exact ties, zeros of both signs, infinities and a NaN.
 TEST(Elementwise, StoreRowWritesTheReferenceBytes) {
+    HR_REQUIRE_FAST_BACKEND();
     for (const int64_t n : {int64_t{64}, int64_t{128}, int64_t{40}}) {
         std::vector<float> x = random_acts(1, n, 21);
         const float special[] = {0.0f,

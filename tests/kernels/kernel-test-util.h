@@ -1,5 +1,10 @@
-// Shared pieces of the kernel tests: the backends this CPU runs, a Context
-// with its own pool and scratch, and random inputs.
+// Shared pieces of the kernel tests: the instruction set under test, a
+// Context with its own pool and scratch, and random inputs.
+//
+// ctest runs the kernel tests once per instruction set, naming it in
+// HEADROOM_TEST_ISA (avx2, avx512): a test for one this CPU cannot run is
+// reported skipped, naming it, never passed. Run by hand without the
+// variable, the binary tests every instruction set this CPU has.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,13 +21,40 @@
 
 namespace headroom::kernels::test {
 
-// The fast backends this CPU supports (the reference is the oracle, not a subject).
+// The fast kernels under test (the reference is the oracle, not a subject):
+// the one HEADROOM_TEST_ISA names, or every one this CPU has. Empty when
+// the named one cannot run here.
 inline std::vector<const Ops*> fast_backends() {
+    const char* want = std::getenv("HEADROOM_TEST_ISA");
     std::vector<const Ops*> out;
-    if (const Ops* o = avx2_ops()) out.push_back(o);
-    if (const Ops* o = avx512_ops()) out.push_back(o);
+    if (!want || std::string(want) == "avx2")
+        if (const Ops* o = avx2_ops()) out.push_back(o);
+    if (!want || std::string(want) == "avx512")
+        if (const Ops* o = avx512_ops()) out.push_back(o);
     return out;
 }
+
+// Why fast_backends() is empty.
+inline std::string skip_reason() {
+    const char* want = std::getenv("HEADROOM_TEST_ISA");
+    const std::string isa = want ? want : "avx2 or avx512";
+    if (isa == "avx2") return "this CPU has no AVX2 kernels (needs avx2, fma, f16c, bmi2)";
+    if (isa == "avx512")
+        return "this CPU has no AVX-512 kernels (needs avx512f, bw, vl, dq, vnni, bf16)";
+    return "this CPU has no " + isa + " kernels";
+}
+
+}  // namespace headroom::kernels::test
+
+// At the top of a kernel test: skips it, naming the instruction set, when
+// the CPU cannot run the one under test.
+#define HR_REQUIRE_FAST_BACKEND()                                     \
+    do {                                                              \
+        if (::headroom::kernels::test::fast_backends().empty())       \
+            GTEST_SKIP() << ::headroom::kernels::test::skip_reason(); \
+    } while (0)
+
+namespace headroom::kernels::test {
 
 // A Context whose buffers fit matmuls up to max_in wide with up to
 // max_tokens tokens, and attention with heads up to max_head wide.

@@ -72,6 +72,7 @@ bool same_bits(float a, float b) {
 class IntMatmul : public ::testing::TestWithParam<std::tuple<TensorType, ActPrecision>> {};
 
 TEST_P(IntMatmul, MatchesTheSpecExactlyAndTheReferenceWithinTheQuantizationBound) {
+    HR_REQUIRE_FAST_BACKEND();
     const auto [type, quant] = GetParam();
     const bool k = is_k_type(type);
     // Rows not a multiple of 16 (a partial row group); several packed chunks.
@@ -129,6 +130,7 @@ TEST_P(IntMatmul, MatchesTheSpecExactlyAndTheReferenceWithinTheQuantizationBound
 }
 
 TEST_P(IntMatmul, ABatchGivesEachTokenWhatItGetsAlone) {
+    HR_REQUIRE_FAST_BACKEND();
     const auto [type, quant] = GetParam();
     const int64_t n_rows = 40, n_cols = is_k_type(type) ? 512 : 256, n_tokens = 32;
     const Weights w = random_weights(type, n_rows, n_cols, 3);
@@ -155,6 +157,7 @@ TEST_P(IntMatmul, ABatchGivesEachTokenWhatItGetsAlone) {
 // tile; every token still gets the spec's bits, in every tile and at the
 // partial last one.
 TEST_P(IntMatmul, ABatchOfSeveralTokenTilesMatchesTheSpec) {
+    HR_REQUIRE_FAST_BACKEND();
     const auto [type, quant] = GetParam();
     const int64_t n_rows = 20, n_cols = 8192, n_tokens = 41;
     const Weights w = random_weights(type, n_rows, n_cols, 13);
@@ -188,6 +191,7 @@ INSTANTIATE_TEST_SUITE_P(
 class F32ActsMatmul : public ::testing::TestWithParam<TensorType> {};
 
 TEST_P(F32ActsMatmul, MatchesTheSpecExactlyAndTheReferenceToRounding) {
+    HR_REQUIRE_FAST_BACKEND();
     const TensorType type = GetParam();
     const bool k = is_k_type(type);
     const int64_t n_rows = 21, n_cols = k ? 768 : 352, n_tokens = 11;
@@ -227,6 +231,7 @@ INSTANTIATE_TEST_SUITE_P(Types, F32ActsMatmul,
 class FloatMatmul : public ::testing::TestWithParam<TensorType> {};
 
 TEST_P(FloatMatmul, MatchesTheSpecExactlyAndABatchMatchesSingleTokens) {
+    HR_REQUIRE_FAST_BACKEND();
     const TensorType type = GetParam();
     const int64_t n_rows = 13, n_cols = 200, n_tokens = 9;  // 200: a partial vector per row
     const Weights w = random_weights(type, n_rows, n_cols, 21);
@@ -261,6 +266,7 @@ INSTANTIATE_TEST_SUITE_P(Types, FloatMatmul,
 // the threads' shares crossing from one matrix into the next), as stored and
 // repacked: each output is its own matrix's spec.
 TEST(Matmul, SeveralMatricesInOneCallEachMatchTheirSpec) {
+    HR_REQUIRE_FAST_BACKEND();
     const int64_t n_cols = 320;
     const int64_t rows[3] = {37, 8, 21};
     for (const TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K}) {
@@ -308,6 +314,7 @@ TEST(Matmul, SeveralMatricesInOneCallEachMatchTheirSpec) {
 // large ones near the f16 range's top. The fast quantizers round them as the
 // spec does, bit for bit, at every magnitude.
 TEST(Matmul, ActivationScalesRoundAsTheSpecAtEveryMagnitude) {
+    HR_REQUIRE_FAST_BACKEND();
     const int64_t n_rows = 16, n_cols = 32 * 40, n_tokens = 2;
     std::vector<float> x = random_acts(n_tokens, n_cols, 71);
     for (int64_t t = 0; t < n_tokens; ++t)
@@ -337,6 +344,7 @@ TEST(Matmul, ActivationScalesRoundAsTheSpecAtEveryMagnitude) {
 // never writes, but a file may hold): with Int8 activations every fast path
 // multiplies them exactly.
 TEST(Matmul, Q8_0WeightsAtTheEndsOfTheirRangeAreExact) {
+    HR_REQUIRE_FAST_BACKEND();
     const int64_t n_rows = 24, n_cols = 256, n_tokens = 13;
     Weights w = random_weights(TensorType::Q8_0, n_rows, n_cols, 81);
     std::mt19937 rng(82);
@@ -367,6 +375,7 @@ TEST(Matmul, Q8_0WeightsAtTheEndsOfTheirRangeAreExact) {
 }
 
 TEST(Matmul, TypesWithoutFastKernelsFallBackToTheReference) {
+    HR_REQUIRE_FAST_BACKEND();
     const int64_t n_rows = 9, n_cols = 256;
     std::vector<uint8_t> bytes(row_bytes(TensorType::Q3_K, n_cols) * n_rows);
     std::mt19937 rng(4);
@@ -396,6 +405,22 @@ TEST(Dispatch, OffersEveryBackendThisCpuRuns) {
                      std::getenv("HEADROOM_ISA") ? std::getenv("HEADROOM_ISA") : "avx512");
     }
 }
+
+// Says at the end of the run which kernels it exercised.
+class ExercisedBackends : public ::testing::Environment {
+  public:
+    void TearDown() override {
+        const auto fast = test::fast_backends();
+        std::string names;
+        for (const Ops* o : fast) names += std::string(names.empty() ? "" : ", ") + o->name;
+        if (fast.empty())
+            std::printf("kernel tests: reference only; fast kernels skipped: %s\n",
+                        test::skip_reason().c_str());
+        else
+            std::printf("kernel tests: %s against the reference\n", names.c_str());
+    }
+};
+const auto* const kExercised = ::testing::AddGlobalTestEnvironment(new ExercisedBackends);
 
 }  // namespace
 }  // namespace headroom::kernels

@@ -89,12 +89,12 @@ with Server(["-m", model, "--kv-cache-memory", "16MiB", "--max-num-seqs", "64", 
         "headroom_num_requests_waiting": 0,
         "headroom_kv_blocks_used": 0,
         "headroom_kv_cache_usage_ratio": 0,
-        'headroom_memory_reserved_bytes{term="kv_cache"}': KV_BYTES,
-        'headroom_memory_allocated_bytes{term="kv_cache"}': 0,
+        'headroom_memory_reserved_bytes{device="host",term="kv_cache"}': KV_BYTES,
+        'headroom_memory_allocated_bytes{device="host",term="kv_cache"}': 0,
     }
     for key, value in gauges.items():
         fail_if(after.get(key) != value, f"{key} is {after.get(key)}, expected {value}")
-    fail_if(after["headroom_memory_peak_bytes{term=\"kv_cache\"}"] <= 0, "kv peak is 0")
+    fail_if(after["headroom_memory_peak_bytes{device=\"host\",term=\"kv_cache\"}"] <= 0, "kv peak is 0")
 
     types = {"headroom_num_requests_running": "gauge", "headroom_generation_tokens": "counter",
              "headroom_time_to_first_token_seconds": "histogram",

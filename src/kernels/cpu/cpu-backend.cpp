@@ -78,9 +78,11 @@ void CpuBackend::copy_block(DevPtr dst, DevPtr src, uint64_t bytes) {
 
 // ---- weights ----------------------------------------------------------------
 
-void CpuBackend::begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes) {
+void CpuBackend::begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes,
+                               bool mapped) {
     HR_CHECK(weights_.empty());
     file_data_ = file_data;
+    file_mapped_ = mapped;
     // The mapped file's tensors are this backend's weights.
     ledger().reserve(Term::Weights, tensor_bytes);
     ledger().allocate(Term::Weights, tensor_bytes);
@@ -122,7 +124,9 @@ void CpuBackend::end_weights() {
         m.packed_for = &ops_;
         at += pack_size(n);
         // The file's pages of this matrix are not read again: drop them from
-        // this process (whole pages inside the matrix only).
+        // this process (whole pages inside the matrix only). Memory that is
+        // not a mapping of the file stays: dropping it would zero it.
+        if (!file_mapped_) continue;
         const auto begin = (reinterpret_cast<uintptr_t>(m.data) + kPage - 1) & ~(kPage - 1);
         const auto end =
             (reinterpret_cast<uintptr_t>(m.data) + m.row_bytes * m.n_rows) & ~(kPage - 1);

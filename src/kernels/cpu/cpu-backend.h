@@ -43,7 +43,8 @@ class CpuBackend final : public Backend {
     void download(void* dst, DevPtr src, uint64_t bytes) override;
     void copy_block(DevPtr dst, DevPtr src, uint64_t bytes) override;
 
-    void begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes) override;
+    void begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes,
+                       bool mapped) override;
     Weight upload_matrix(const HostTensor& t, WeightUse use) override;
     Weight upload_vector(const float* values, int64_t n) override;
     void end_weights() override;
@@ -88,6 +89,7 @@ class CpuBackend final : public Backend {
     std::vector<Allocation> allocations_;
     // The model file's tensor data (not owned) and the weights' matrices.
     std::span<const uint8_t> file_data_;
+    bool file_mapped_ = false;
     std::vector<Matrix> weights_;    // Weight::id - 1
     std::vector<uint32_t> to_pack_;  // ids of matrices read by matmul
     Region packed_;                  // their repacked copies

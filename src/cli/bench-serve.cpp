@@ -108,7 +108,10 @@ void add_bench_serve_subcommand(CLI::App& bench) {
         if (o->concurrency == 0 || o->n_requests == 0)
             fail("--requests and --concurrency must be at least 1");
         RunnerOptions ro = runner_options(o->engine, std::max<uint32_t>(16, o->concurrency));
-        LoadedModel lm = load_model(o->engine.model, {ro.config.n_threads});
+        BackendOptions bo = backend_options(o->engine, ro);
+        bo.progress = !o->json;
+        LoadedModel lm = load_model(o->engine.model, bo);
+        apply_device_budget(ro, *lm.backend);
         Runner runner(*lm.model, lm.desc, ro, *lm.backend);
         lm.backend->make_resident(!o->json);
         EngineMetrics metrics;

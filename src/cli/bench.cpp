@@ -118,7 +118,10 @@ void run_bench(const Opts& o) {
     if (o.n_prompt == 0 && o.n_gen == 0) fail("bench: -p and -n are both 0, nothing to measure");
     if (o.reps < 1) fail("bench: -r {} must be at least 1", o.reps);
     RunnerOptions ro = runner_options(o.engine, 1);
-    const LoadedModel lm = load_model(o.engine.model, {ro.config.n_threads});
+    BackendOptions bo = backend_options(o.engine, ro);
+    bo.progress = !o.json;
+    const LoadedModel lm = load_model(o.engine.model, bo);
+    apply_device_budget(ro, *lm.backend);
     const Model& model = *lm.model;
     const HParams& hp = model.hparams();
 
@@ -138,12 +141,14 @@ void run_bench(const Opts& o) {
     }
     Runner runner(model, lm.desc, ro, *lm.backend);
     lm.backend->make_resident(!o.json);
-    auto& cpu = dynamic_cast<kernels::CpuBackend&>(*lm.backend);
-    const int n_threads = cpu.pool().n_threads();
+    // The read-bandwidth probe is the CPU's; a GPU's decode is reported in
+    // bytes per second alone.
+    auto* cpu = dynamic_cast<kernels::CpuBackend*>(lm.backend.get());
+    const int n_threads = cpu ? cpu->pool().n_threads() : 0;
     // The bandwidth is measured next to each decode phase: another tenant's
     // load changes it within seconds on a shared machine.
     Region probe_buf;
-    if (o.n_gen) probe_buf = Region(size_t{512} << 20, "bandwidth probe");  // committed pages
+    if (o.n_gen && cpu) probe_buf = Region(size_t{512} << 20, "bandwidth probe");  // committed
     constexpr int kProbePasses = 5;
 
     std::mt19937 rng(static_cast<uint32_t>(o.seed));
@@ -171,8 +176,9 @@ void run_bench(const Opts& o) {
         }
         const double pp_s = seconds_since(t0);
         auto measure = [&] {
-            return probe && n_gen ? measure_read_bandwidth_gbps(cpu.pool(), probe_buf, kProbePasses)
-                                  : 0.0;
+            return cpu && probe && n_gen
+                       ? measure_read_bandwidth_gbps(cpu->pool(), probe_buf, kProbePasses)
+                       : 0.0;
         };
         const double before = measure();
         const auto t1 = Clock::now();
@@ -218,7 +224,7 @@ void run_bench(const Opts& o) {
     const Stats pps = stats(pp), tgs = stats(tg), fracs = stats(frac);
     const double tg_gbps = tgs.mean * step_bytes / 1e9;
     const double bandwidth = stats(bw).mean;
-    const std::string isa = cpu.ops().name;
+    const std::string isa = cpu ? cpu->ops().name : lm.backend->name();
     const std::string precision(kernels::name(ro.act_precision));
 
     if (o.json) {
@@ -238,6 +244,14 @@ void run_bench(const Opts& o) {
         j["bandwidth_before_after_runs"] = bw_around;
         j["tg_fraction_of_bandwidth"] = fracs.mean;
         j["tg_fraction_runs"] = frac;
+        // The last decode step's traffic between host and device (zero on the CPU).
+        const kernels::StepStats st = lm.backend->last_step();
+        j["backend"] = lm.backend->name();
+        j["decode_step"] = {{"submits", st.n_submits},
+                            {"waits", st.n_waits},
+                            {"dispatches", st.n_dispatches},
+                            {"upload_bytes", st.upload_bytes},
+                            {"download_bytes", st.download_bytes}};
         fmt::print("{}\n", j.dump(2));
         return;
     }

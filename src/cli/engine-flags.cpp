@@ -43,6 +43,15 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f, uint32_t default_num_seqs) 
     cmd->add_flag("--swa-full", f.swa_full,
                   "Cache the whole context for sliding-window layers too (attention still uses the "
                   "window): more memory, as engines without windowed KV need");
+    cmd->add_option("--device", f.device,
+                    "Where the model runs: cpu, or vulkan (vulkan:N for the Nth device of "
+                    "`headroom devices`)")
+        ->capture_default_str();
+    cmd->add_option("--device-memory", f.device_memory,
+                    "A GPU's memory to budget from, in place of its heap's (8GiB...): stands in "
+                    "for a smaller GPU");
+    cmd->add_option("--reserve", f.reserve,
+                    "A GPU's memory to leave to other programs before --mem-fraction (1GiB...)");
     cmd->add_flag("--enable-prefix-caching,!--no-prefix-caching", f.prefix_caching,
                   "Prefix caching (on by default): requests sharing a prompt prefix reuse its KV "
                   "blocks");
@@ -60,6 +69,29 @@ int thread_count(int requested, const char* flag) {
         return cpus;
     }
     return requested;
+}
+
+BackendOptions backend_options(const EngineFlags& f, const RunnerOptions& runner) {
+    BackendOptions b;
+    b.n_threads = runner.config.n_threads;
+    b.device = parse_device(f.device);
+    if (!f.device_memory.empty()) {
+        b.device_memory_bytes = parse_bytes_or_throw(f.device_memory, "--device-memory");
+        if (b.device_memory_bytes == 0) fail("--device-memory must be more than 0");
+    }
+    if (!f.reserve.empty()) b.reserve_bytes = parse_bytes_or_throw(f.reserve, "--reserve");
+    if (b.device.kind == DeviceKind::Cpu && (b.device_memory_bytes || b.reserve_bytes))
+        fail(
+            "--device-memory and --reserve are for a GPU (--device vulkan); the CPU's budget is "
+            "--mem-fraction of host memory or --kv-cache-memory");
+    b.mem_fraction = runner.budget.mem_fraction;
+    return b;
+}
+
+void apply_device_budget(RunnerOptions& o, const kernels::Backend& backend) {
+    if (backend.is_host()) return;
+    o.budget.device_bytes = device_budget_bytes(backend);
+    o.budget.device_context_bytes = backend.device_context_bytes();
 }
 
 RunnerOptions runner_options(const EngineFlags& f, uint32_t default_num_seqs) {

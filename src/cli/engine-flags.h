@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "cli/load-model.h"
 #include "engine/runner.h"
 
 namespace headroom::cli {
@@ -21,7 +22,10 @@ struct EngineFlags {
     int threads = 0;  // 0: physical cores
     bool prefix_caching = true;
     bool swa_full = false;
-    std::string act_precision;  // empty: kernels::default_act_precision()
+    std::string act_precision;   // empty: kernels::default_act_precision()
+    std::string device = "cpu";  // cpu, vulkan, vulkan:N
+    std::string device_memory;   // a GPU's memory in place of its heap's (tests, smaller GPUs)
+    std::string reserve;         // a GPU's memory left to others
 };
 
 // Registers the flags on `cmd`; `default_num_seqs` is shown as the default of --max-num-seqs.
@@ -36,5 +40,12 @@ int thread_count(int requested, const char* flag);
 // Resolves flags into runner options (detecting host memory for --mem-fraction).
 // Throws headroom::Error for a bad value, naming the flag.
 RunnerOptions runner_options(const EngineFlags& flags, uint32_t default_num_seqs);
+
+// The backend --device names, with its own flags.
+BackendOptions backend_options(const EngineFlags& flags, const RunnerOptions& runner);
+
+// A GPU's budget in place of the host's: the runner's options once the
+// backend is open (nothing changes for the CPU).
+void apply_device_budget(RunnerOptions& options, const kernels::Backend& backend);
 
 }  // namespace headroom::cli

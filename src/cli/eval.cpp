@@ -70,7 +70,8 @@ void add_eval_command(CLI::App& app) {
     cmd->add_option("--ctx", o->ctx, "Window size in tokens (default: all tokens in one window)");
     cmd->callback([o] {
         RunnerOptions ro = runner_options(o->engine, 1);
-        const LoadedModel lm = load_model(o->engine.model, {ro.config.n_threads});
+        const LoadedModel lm = load_model(o->engine.model, backend_options(o->engine, ro));
+        apply_device_budget(ro, *lm.backend);
         const Model* model = lm.model.get();
         const ModelDesc& desc = lm.desc;
         std::vector<int32_t> tokens;

@@ -207,7 +207,10 @@ void add_run_command(CLI::App& app) {
             o->prompt = ss.str();
         }
         RunnerOptions ro = runner_options(o->engine, 1);
-        LoadedModel lm = load_model(o->engine.model, {ro.config.n_threads});
+        BackendOptions bo = backend_options(o->engine, ro);
+        bo.progress = !o->quiet;
+        LoadedModel lm = load_model(o->engine.model, bo);
+        apply_device_budget(ro, *lm.backend);
         Runner runner(*lm.model, lm.desc, ro, *lm.backend);
         lm.backend->make_resident(!o->quiet);
         EngineMetrics metrics;

@@ -140,8 +140,11 @@ void serve(ServeOptions& o) {
     fmt::print(stderr, "headroom serve: listening on http://{}:{} (loading {})\n", sc.host,
                http.port(), o.engine.model);
 
-    const RunnerOptions ro = runner_options(o.engine, 32);
-    LoadedModel lm = load_model(o.engine.model, {ro.config.n_threads});
+    RunnerOptions ro = runner_options(o.engine, 32);
+    BackendOptions bo = backend_options(o.engine, ro);
+    bo.progress = !o.quiet;
+    LoadedModel lm = load_model(o.engine.model, bo);
+    apply_device_budget(ro, *lm.backend);
     Runner runner(*lm.model, lm.desc, ro, *lm.backend);
     lm.backend->make_resident(!o.quiet);
     const ChatTemplate chat_template = ChatTemplate::from_gguf(*lm.file);

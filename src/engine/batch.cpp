@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "memory/kv-cache.h"
 
 namespace headroom {
@@ -34,8 +35,7 @@ void Batch::add_token(int32_t token, uint32_t pos, uint32_t seq, bool want_logit
     seq_of_token.push_back(seq);
 }
 
-kernels::StepView make_step_view(const Batch& batch, const KvCache& cache,
-                                 std::vector<uint32_t>& w) {
+kernels::StepView make_step_view(const Batch& batch, const KvCache& cache, std::span<uint32_t> w) {
     const auto T = static_cast<uint32_t>(batch.n_tokens());
     const auto S = static_cast<uint32_t>(batch.seqs.size());
     const auto R = static_cast<uint32_t>(batch.logit_tokens.size());
@@ -54,7 +54,8 @@ kernels::StepView make_step_view(const Batch& batch, const KvCache& cache,
     v.at.table_start = v.at.slots + G * T;
     v.at.seq_len = v.at.table_start + G * S;
     v.at.tables = v.at.seq_len + S;
-    w.assign(v.at.tables, 0);
+    HR_CHECK(v.at.tables <= w.size());
+    uint32_t n = v.at.tables;
     for (uint32_t t = 0; t < T; ++t) {
         w[v.at.tokens + t] = static_cast<uint32_t>(batch.tokens[t]);
         w[v.at.positions + t] = batch.positions[t];
@@ -67,14 +68,15 @@ kernels::StepView make_step_view(const Batch& batch, const KvCache& cache,
     for (uint32_t g = 0; g < G; ++g) {
         for (uint32_t s = 0; s < S; ++s) {
             const SeqKv& seq = *batch.seqs[s];
-            w[v.at.table_start + g * S + s] = static_cast<uint32_t>(w.size() - v.at.tables);
-            if (g < seq.tables.size())
-                for (int32_t b : seq.tables[g]) w.push_back(static_cast<uint32_t>(b));
+            w[v.at.table_start + g * S + s] = n - v.at.tables;
+            if (g >= seq.tables.size()) continue;
+            HR_CHECK(n + seq.tables[g].size() <= w.size());
+            for (int32_t b : seq.tables[g]) w[n++] = static_cast<uint32_t>(b);
         }
     }
     for (uint32_t s = 0; s < S; ++s) w[v.at.seq_len + s] = batch.seqs[s]->n_tokens;
     v.words = w.data();
-    v.n_words = static_cast<uint32_t>(w.size());
+    v.n_words = n;
     return v;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/step-view.h"
@@ -31,11 +32,11 @@ struct Batch {
     void add_token(int32_t token, uint32_t pos, uint32_t seq, bool want_logits);
 };
 
-// The step view of a batch (kernels/step-view.h): its arrays written into
-// `words` (cleared first; allocates only past its capacity), block tables
-// and slots from the cache. Precondition: the cache has grown every
-// sequence for its tokens.
+// The step view of a batch (kernels/step-view.h), its arrays written into
+// `words`, block tables and slots from the cache. Allocates nothing.
+// Precondition: the cache has grown every sequence for its tokens, and the
+// view fits `words` (step_view_words() in memory/terms.h bounds it).
 kernels::StepView make_step_view(const Batch& batch, const KvCache& cache,
-                                 std::vector<uint32_t>& words);
+                                 std::span<uint32_t> words);
 
 }  // namespace headroom

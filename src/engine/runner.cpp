@@ -31,45 +31,58 @@ Runner::Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& o
     const ActivationLayout& a = plan_.activations;
     cache_ = std::make_unique<KvCache>(plan_, model.hparams(), options.prefix_caching, backend_);
     arena_ = kernels::DeviceBuffer(backend_, Term::Activations, a.device_bytes, "activation arena");
-    staging_ = Region(a.staging_bytes, "activation staging");
-    backend_.host_ledger().reserve(Term::Activations, a.staging_bytes);
+    // Host staging but the logits readback, which a GPU backend takes itself.
+    staging_ = Region(a.logits_host.offset, "activation staging");
+    backend_.host_ledger().reserve(Term::Activations, a.logits_host.offset);
     const kernels::DevPtr p = arena_.ptr();
     buffers_ = {p + a.x.offset,    p + a.xb.offset, p + a.q.offset,
                 p + a.k.offset,    p + a.v.offset,  p + a.attn.offset,
                 p + a.gate.offset, p + a.up.offset, p + a.logits.offset};
-    backend_.set_workspace({p + a.acts_q.offset, a.acts_q.size_bytes, p + a.thread_scratch.offset,
-                            a.scratch_per_thread_bytes});
+    kernels::Workspace ws;
+    ws.acts_q = p + a.acts_q.offset;
+    ws.acts_q_bytes = a.acts_q.size_bytes;
+    ws.thread_scratch = p + a.thread_scratch.offset;
+    ws.scratch_per_thread_bytes = a.scratch_per_thread_bytes;
+    // The step view, in the runtime term with the block tables it copies.
+    const RuntimeBreakdown& rt = plan_.runtime;
+    step_host_ = Region(rt.step_view_bytes, "step view");
+    step_words_ = {reinterpret_cast<uint32_t*>(step_host_.data()), rt.step_view_bytes / 4};
+    if (!backend_.is_host()) {
+        step_device_ =
+            kernels::DeviceBuffer(backend_, Term::Runtime, rt.step_view_device_bytes, "step view");
+        ws.step_view = step_device_.ptr();
+        ws.step_view_bytes = rt.step_view_device_bytes;
+        ws.logits_host_bytes = a.logits_host.size_bytes;
+    }
+    backend_.set_workspace(ws);
     backend_.set_act_precision(options.act_precision);
     sampler_scratch_ = reinterpret_cast<float*>(staging_.data() + a.sampler.offset);
 
-    // The step view's words for the largest step: per token id, position,
-    // sequence and one slot per group; logit rows; per sequence a table
-    // start per group and a length; every table of every sequence.
-    const auto& c = plan_.config;
-    const uint64_t n_groups = plan_.kv_groups.size();
-    const uint64_t table_words = (c.max_model_len + c.block_size - 1) / c.block_size + 1;
-    step_words_.reserve(a.n_tokens * (3 + n_groups) + a.n_logit_rows +
-                        c.max_num_seqs * (n_groups * (1 + table_words) + 1));
-
+    // The host's runtime; a GPU's (its context, the step view's copy) is
+    // counted by the backend as it takes it.
     Ledger& host = backend_.host_ledger();
-    host.reserve(Term::Runtime, plan_.runtime_bytes());
-    host.allocate(Term::Runtime, plan_.runtime_bytes());
+    host.reserve(Term::Runtime, host_runtime_bytes());
+    host.allocate(Term::Runtime, host_runtime_bytes());
+    if (!backend_.is_host()) ledger().allocate(Term::Runtime, rt.step_view_device_bytes);
+}
+
+uint64_t Runner::host_runtime_bytes() const {
+    return plan_.runtime_bytes() - (backend_.is_host() ? 0 : plan_.runtime.device_bytes());
 }
 
 Runner::~Runner() {
     Ledger& host = backend_.host_ledger();
-    host.release(Term::Runtime, plan_.runtime_bytes());
-    host.unreserve(Term::Runtime, plan_.runtime_bytes());
-    host.unreserve(Term::Activations, plan_.activations.staging_bytes);
+    host.release(Term::Runtime, host_runtime_bytes());
+    host.unreserve(Term::Runtime, host_runtime_bytes());
+    if (!backend_.is_host()) ledger().release(Term::Runtime, plan_.runtime.step_view_device_bytes);
+    host.unreserve(Term::Activations, plan_.activations.logits_host.offset);
 }
 
 float* Runner::forward(const Batch& batch) {
     const auto n_tokens = static_cast<uint32_t>(batch.n_tokens());
     const auto n_rows = static_cast<uint32_t>(batch.logit_tokens.size());
     HR_CHECK(n_tokens <= plan_.activations.n_tokens && n_rows <= plan_.activations.n_logit_rows);
-    const size_t capacity = step_words_.capacity();
     step_ = make_step_view(batch, *cache_, step_words_);
-    HR_CHECK(step_words_.capacity() == capacity);  // reserved for the largest step: never grows
     // The part of the arena this step uses, by the same layout rule.
     const ActivationLayout in_use = plan_activations(model_.hparams(), n_tokens, n_rows,
                                                      plan_.config.n_threads, backend_.is_host());

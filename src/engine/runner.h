@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/ledger.h"
@@ -56,6 +57,8 @@ class Runner {
     const kernels::StepView& last_step() const { return step_; }
 
   private:
+    uint64_t host_runtime_bytes() const;
+
     const Model& model_;
     MemoryPlan plan_;
     kernels::Backend& backend_;
@@ -64,7 +67,9 @@ class Runner {
     Region staging_;               // host staging
     ForwardBuffers buffers_;
     float* sampler_scratch_ = nullptr;
-    std::vector<uint32_t> step_words_;  // capacity reserved for the largest step
+    Region step_host_;                   // room for the largest step view
+    kernels::DeviceBuffer step_device_;  // a GPU's copy of it
+    std::span<uint32_t> step_words_;
     kernels::StepView step_;
 };
 

@@ -48,6 +48,10 @@
 
 namespace headroom::kernels {
 
+// A GPU backend keeps each weight tensor as stored (vectors as f32) at a
+// multiple of this many bytes: the planner predicts its weights by the same rule.
+inline constexpr uint64_t kDeviceWeightAlign = 256;
+
 // A tensor a backend holds: (n_rows, n_cols) in `type`. Vectors (norm
 // weights, biases, RoPE factors) are f32 with one row.
 struct Weight {
@@ -92,10 +96,26 @@ struct AttentionOp {
 // the activation layout (memory/activation-layout.h); empty where a backend
 // needs none.
 struct Workspace {
-    DevPtr acts_q;  // activations quantized for integer matmuls
+    DevPtr acts_q;  // activations quantized for integer matmuls (the CPU)
     uint64_t acts_q_bytes = 0;
-    DevPtr thread_scratch;  // n_threads × scratch_per_thread_bytes
+    DevPtr thread_scratch;  // n_threads × scratch_per_thread_bytes (the CPU)
     uint64_t scratch_per_thread_bytes = 0;
+    // A device that is not the host: where begin_step puts the step view,
+    // and the host memory it downloads the logits rows into, which it takes
+    // itself (host-visible memory) and counts in the host's ledger.
+    DevPtr step_view;
+    uint64_t step_view_bytes = 0;
+    uint64_t logits_host_bytes = 0;
+};
+
+// What crossed between host and device in a step, and how often the host
+// waited for the device (a GPU: one submission and one wait per step).
+struct StepStats {
+    uint64_t n_submits = 0;
+    uint64_t n_waits = 0;
+    uint64_t n_dispatches = 0;
+    uint64_t upload_bytes = 0;
+    uint64_t download_bytes = 0;
 };
 
 class Backend {
@@ -113,6 +133,11 @@ class Backend {
     // The device's memory is the host's (the CPU backend): its buffers are
     // host memory and the ledger is the host's.
     bool is_host() const { return is_host_; }
+    // Device memory the backend holds for itself from the start (a GPU's
+    // tables, pipelines' scratch): the runtime term's device context.
+    virtual uint64_t device_context_bytes() const { return 0; }
+    // The last step's traffic (zero for the CPU, whose memory is the host's).
+    virtual StepStats last_step() const { return {}; }
     // Every ledger this backend counts in: its device's, then the host's if
     // that is another one.
     std::vector<const Ledger*> ledgers() {

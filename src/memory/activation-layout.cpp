@@ -47,19 +47,24 @@ ActivationLayout plan_activations(const HParams& hp, uint32_t n_tokens, uint32_t
     take(a.attn, T * attn_dim * 4);
     take(a.gate, T * hp.n_ff * 4);
     take(a.up, T * hp.n_ff * 4);
-    // Activations quantized for the integer matmuls, in the largest layout any
-    // backend uses for inputs up to max_in wide (kernels/act-format.h).
-    take(a.acts_q, T * kernels::acts_row_bytes(max_in));
+    // The CPU's: activations quantized for the integer matmuls, in the largest
+    // layout any instruction set uses for inputs up to max_in wide
+    // (kernels/act-format.h). A GPU's shaders take f32.
+    take(a.acts_q, host_device ? T * kernels::acts_row_bytes(max_in) : 0);
     take(a.logits, uint64_t{n_logit_rows} * hp.n_vocab * 4);
-    // Per thread: a packed weight panel, attention tiles and per-query state,
-    // or the reference kernels' dequantized rows, whichever is largest.
-    a.scratch_per_thread_bytes = kernels::thread_scratch_bytes(
-        max_in, max_head, hp.n_head_kv ? hp.n_head / hp.n_head_kv : 1);
+    // The CPU's, per thread: a packed weight panel, attention tiles and
+    // per-query state, or the reference kernels' dequantized rows, whichever
+    // is largest.
+    a.scratch_per_thread_bytes =
+        host_device ? kernels::thread_scratch_bytes(max_in, max_head,
+                                                    hp.n_head_kv ? hp.n_head / hp.n_head_kv : 1)
+                    : 0;
     take(a.thread_scratch, a.scratch_per_thread_bytes * n_threads);
     a.device_bytes = at;
     at = 0;
-    take(a.logits_host, host_device ? 0 : a.logits.size_bytes);
     take(a.sampler, uint64_t{hp.n_vocab} * 16);
+    // Last: the GPU backend takes it itself, in host-visible memory.
+    take(a.logits_host, host_device ? 0 : a.logits.size_bytes);
     a.staging_bytes = at;
     a.total_bytes = a.device_bytes + a.staging_bytes;
     return a;

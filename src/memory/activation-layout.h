@@ -40,15 +40,16 @@ struct ActivationLayout {
     uint64_t scratch_per_thread_bytes = 0;
     uint64_t device_bytes = 0;  // the buffers above
     // Host staging; offsets from its start.
-    ArenaBuffer logits_host;  // (n_logit_rows, n_vocab) when the device is not the host, else empty
     ArenaBuffer sampler;      // (n_vocab) × (prob, index, mark, raw logit) for sampling
+    ArenaBuffer logits_host;  // (n_logit_rows, n_vocab), a GPU's readback (its own allocation)
     uint64_t staging_bytes = 0;
     uint64_t total_bytes = 0;  // device_bytes + staging_bytes
 };
 
-// Buffers are 64-byte aligned. `host_device`: the kernels run in host memory
-// (the CPU backend), which reads its logits in place.
+// Buffers are 64-byte aligned; empty ones take no room. `host_device`: the
+// kernels run in host memory (the CPU backend), which reads its logits in
+// place and needs per-thread scratch; a GPU needs a readback buffer instead.
 ActivationLayout plan_activations(const HParams& hp, uint32_t n_tokens, uint32_t n_logit_rows,
-                                  uint32_t n_threads, bool host_device = true);
+                                  uint32_t n_threads, bool host_device);
 
 }  // namespace headroom

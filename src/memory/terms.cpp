@@ -12,6 +12,7 @@
 #include "core/thread-pool.h"
 #include "core/units.h"
 #include "format/gguf-reader.h"
+#include "kernels/backend.h"
 
 namespace headroom {
 
@@ -62,14 +63,20 @@ uint64_t estimate_tokenizer_bytes(uint64_t n_vocab, uint64_t vocab_text_bytes, u
     return vocab_text_bytes + n_vocab * 96 + n_merges * 64;
 }
 
+uint64_t step_view_words(const EngineConfig& c, uint64_t n_groups) {
+    const uint64_t table_words = div_ceil(c.max_model_len, c.block_size);
+    return uint64_t{c.max_num_batched_tokens} * (3 + n_groups) + c.max_logit_rows +
+           uint64_t{c.max_num_seqs} * (n_groups * (1 + table_words) + 1);
+}
+
 std::vector<DeviceTerms> MemoryPlan::device_terms() const {
     DeviceTerms d{config.device, weights_bytes, kv_cache_bytes, activations_bytes(),
                   runtime_bytes()};
     if (config.device == "host") return {d};
     DeviceTerms host{"host", 0, 0, activations.staging_bytes,
-                     runtime_bytes() - runtime.device_context_bytes};
+                     runtime_bytes() - runtime.device_bytes()};
     d.activations_bytes = activations.device_bytes;
-    d.runtime_bytes = runtime.device_context_bytes;
+    d.runtime_bytes = runtime.device_bytes();
     return {d, host};
 }
 
@@ -82,6 +89,9 @@ ModelDesc describe_gguf(const gguf::GgufFile& file) {
     std::map<TensorType, uint64_t> by_type;
     for (const auto& t : file.tensors()) {
         m.weight_bytes += t.size_bytes;
+        const uint64_t on_device = t.n_dims == 1 ? t.n_elements * 4 : t.size_bytes;
+        m.device_weight_bytes += (on_device + kernels::kDeviceWeightAlign - 1) /
+                                 kernels::kDeviceWeightAlign * kernels::kDeviceWeightAlign;
         m.n_params += t.n_elements;
         if (t.n_dims > 1) by_type[t.type] += t.size_bytes;
         if (t.name.starts_with("blk.")) {
@@ -209,7 +219,9 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
     p.config = c;
     p.budget_spec = budget;
 
-    p.weights_bytes = model.weight_bytes;
+    const bool gpu = c.device != "host";
+    p.weights_bytes =
+        gpu && model.device_weight_bytes ? model.device_weight_bytes : model.weight_bytes;
     for (uint32_t il = 0; il < c.n_cpu_layers; ++il)
         p.weights_bytes -= model.layer_weight_bytes[il];
     p.kv_groups = kv_groups_for(hp, c);
@@ -231,6 +243,8 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
     p.runtime.device_context_bytes = budget.device_context_bytes;
     p.runtime.tokenizer_bytes = model.tokenizer_bytes;
     p.runtime.metadata_bytes = model.metadata_bytes;
+    p.runtime.step_view_bytes = step_view_words(c, p.kv_groups.size()) * 4;
+    if (c.device != "host") p.runtime.step_view_device_bytes = p.runtime.step_view_bytes;
     p.runtime.sequences_bytes = uint64_t{c.max_num_seqs} *
                                 (uint64_t{c.max_model_len} * 4 +
                                  p.kv_groups.size() * div_ceil(c.max_model_len, c.block_size) * 4);
@@ -239,10 +253,13 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
     uint64_t demand_bytes = 0;
     for (const auto& g : p.kv_groups)
         demand_bytes += uint64_t{c.max_num_seqs} * g.max_blocks_per_seq * g.block_bytes;
-    const uint64_t fixed_bytes = p.weights_bytes + p.activations_bytes() +
-                                 p.runtime.thread_stacks_bytes + p.runtime.tokenizer_bytes +
-                                 p.runtime.metadata_bytes + p.runtime.sequences_bytes +
-                                 p.runtime.device_context_bytes;
+    // What the budget holds besides the pool: everything on the CPU; on a
+    // GPU, what the device holds (the host's share is host memory).
+    const uint64_t fixed_bytes =
+        gpu ? p.weights_bytes + p.activations.device_bytes + p.runtime.device_bytes()
+            : p.weights_bytes + p.activations_bytes() + p.runtime.thread_stacks_bytes +
+                  p.runtime.tokenizer_bytes + p.runtime.metadata_bytes + p.runtime.sequences_bytes +
+                  p.runtime.step_view_bytes + p.runtime.device_context_bytes;
     // Bytes the pool may take, counting each block's prefix-index entry.
     uint64_t pool_bytes = 0;
     if (budget.kv_cache_bytes > 0) {
@@ -255,10 +272,12 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
             uint64_t sum_block_bytes = 0;
             for (const auto& g : p.kv_groups) sum_block_bytes += g.block_bytes;
             const uint64_t left = total - fixed_bytes;
-            // Leave room for the index: scale left by block/(block + index entry).
+            // Leave room for the index (host memory, so not on a GPU): scale
+            // left by block/(block + index entry).
             const double avg_block = static_cast<double>(sum_block_bytes) / p.kv_groups.size();
-            const auto usable = static_cast<uint64_t>(static_cast<double>(left) * avg_block /
-                                                      (avg_block + kPrefixIndexBytesPerBlock));
+            const double index = gpu ? 0.0 : kPrefixIndexBytesPerBlock;
+            const auto usable =
+                static_cast<uint64_t>(static_cast<double>(left) * avg_block / (avg_block + index));
             pool_bytes = std::min(usable, demand_bytes);
         }
     }
@@ -275,7 +294,7 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
         n_blocks_total += g.n_blocks;
     }
     p.runtime.prefix_index_bytes = n_blocks_total * kPrefixIndexBytesPerBlock;
-    if (budget.kv_cache_bytes > 0) p.budget_bytes = p.total_bytes();
+    if (budget.kv_cache_bytes > 0) p.budget_bytes = p.budgeted_bytes();
 
     // Capacities.
     p.max_num_seqs_at_max_model_len = UINT32_MAX;
@@ -302,7 +321,7 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
     p.max_model_len_at_max_num_seqs = static_cast<uint32_t>(std::min<uint64_t>(lo, UINT32_MAX));
 
     p.fits = p.max_num_seqs_at_max_model_len >= 1 &&
-             (budget.kv_cache_bytes > 0 || p.total_bytes() <= p.budget_bytes);
+             (budget.kv_cache_bytes > 0 || p.budgeted_bytes() <= p.budget_bytes);
     if (!p.fits) {
         const uint64_t kv_room =
             budget.kv_cache_bytes > 0

@@ -47,6 +47,9 @@ struct ModelDesc {
     // Per transformer block, for planning layers kept on the CPU; the rest of
     // weight_bytes is embeddings, output and final norm.
     std::vector<uint64_t> layer_weight_bytes;
+    // What the tensors take in a GPU's memory: each as stored (vectors as
+    // f32), rounded up to kernels::kDeviceWeightAlign. 0 when not known.
+    uint64_t device_weight_bytes = 0;
 };
 
 // Exact weights from the tensor table; tokenizer bytes estimated from the
@@ -107,14 +110,18 @@ struct KvGroupPlan {
 struct RuntimeBreakdown {
     uint64_t thread_stacks_bytes = 0;
     uint64_t tokenizer_bytes = 0;
-    uint64_t metadata_bytes = 0;        // the model file's header and its parsed index
-    uint64_t sequences_bytes = 0;       // token lists and block tables of max_num_seqs sequences
-    uint64_t prefix_index_bytes = 0;    // the prefix cache's hash index over all blocks
-    uint64_t device_context_bytes = 0;  // BudgetSpec::device_context_bytes
+    uint64_t metadata_bytes = 0;          // the model file's header and its parsed index
+    uint64_t sequences_bytes = 0;         // token lists and block tables of max_num_seqs sequences
+    uint64_t prefix_index_bytes = 0;      // the prefix cache's hash index over all blocks
+    uint64_t step_view_bytes = 0;         // the largest step view (kernels/step-view.h)
+    uint64_t device_context_bytes = 0;    // BudgetSpec::device_context_bytes
+    uint64_t step_view_device_bytes = 0;  // a GPU's copy of the step view
     uint64_t total() const {
         return thread_stacks_bytes + tokenizer_bytes + metadata_bytes + sequences_bytes +
-               prefix_index_bytes + device_context_bytes;
+               prefix_index_bytes + step_view_bytes + device_context_bytes + step_view_device_bytes;
     }
+    // What of it a GPU holds (0 on the CPU).
+    uint64_t device_bytes() const { return device_context_bytes + step_view_device_bytes; }
 };
 
 // What one device holds of a plan, term by term.
@@ -155,7 +162,15 @@ struct MemoryPlan {
     // The terms by device, the backend's device first: one entry ("host")
     // for the CPU backend; for a GPU, the GPU and the host.
     std::vector<DeviceTerms> device_terms() const;
+    // What the budget holds: the total on the CPU, the GPU's terms on a GPU.
+    uint64_t budgeted_bytes() const { return device_terms()[0].total_bytes(); }
 };
+
+// 32-bit words of the largest step view (kernels/step-view.h) a
+// configuration (defaults resolved) makes: per token its id, position,
+// sequence and a slot per group; the logit rows; per sequence a table start
+// per group, a length and every block of every table.
+uint64_t step_view_words(const EngineConfig& config, uint64_t n_groups);
 
 // The KV layer groups of a model (without pool sizes), for the layers from
 // config.n_cpu_layers on.

@@ -13,7 +13,9 @@ namespace headroom {
 namespace {
 
 TEST(PrefixSharing, SecondRequestComputesOnlyItsSuffix) {
-    const cli::LoadedModel lm = cli::load_model("smollm2-135m", {2});
+    cli::BackendOptions bo;
+    bo.n_threads = 2;
+    const cli::LoadedModel lm = cli::load_model("smollm2-135m", bo);
     RunnerOptions o;
     o.config.max_model_len = 2048;
     o.config.max_num_seqs = 2;

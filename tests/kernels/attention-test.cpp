@@ -51,7 +51,7 @@ struct CacheFixture {
     std::unique_ptr<KvCache> cache;
     std::vector<SeqKv> seqs;
     Batch batch;
-    std::vector<uint32_t> words;
+    std::vector<uint32_t> words = std::vector<uint32_t>(1 << 16);
     StepView step;
     std::vector<float> q;
 

@@ -68,8 +68,10 @@ class CountingBackend final : public kernels::Backend {
     void end_weights() override { inner_.end_weights(); }
     void make_resident(bool progress) override { inner_.make_resident(progress); }
     void set_workspace(const kernels::Workspace& ws) override {
-        inner_.set_workspace(
-            {in(ws.acts_q), ws.acts_q_bytes, in(ws.thread_scratch), ws.scratch_per_thread_bytes});
+        kernels::Workspace w = ws;
+        w.acts_q = in(ws.acts_q);
+        w.thread_scratch = in(ws.thread_scratch);
+        inner_.set_workspace(w);
     }
     void set_act_precision(kernels::ActPrecision p) override { inner_.set_act_precision(p); }
     void begin_step(const kernels::StepView& s) override {

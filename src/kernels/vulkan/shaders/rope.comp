@@ -1,0 +1,71 @@
+#version 450
+// Rotary position embedding, in place on x (n_tokens, n_head, head_dim):
+// pair i of the first n_rot dims, (2i, 2i+1) (normal) or (i, i + n_rot/2)
+// (NeoX), is rotated by theta_i = pos × freq_i, where freq_i = scale ×
+// base^(-2i / n_rot) / factor_i comes from a table the host computed in
+// double and stored as two floats (hi + lo).
+//
+// The angle is formed as the CPU reference forms it, in double: the
+// product pos × hi is split exactly with fma (p + e), reduced by a
+// three-float pi/2, and sin and cos of the remainder (|r| <= pi/4) come from
+// minimax polynomials accurate to about 1 ulp. GLSL's sin and cos are only
+// required to be within 2^-11, and an f32 angle at position 8192 is already
+// 5e-4 off: neither would do for long contexts.
+//
+// Work split: one invocation per (pair, head, token): x = pair, y = head,
+// z = token.
+#include "common.glsl"
+
+layout(local_size_x = 64) in;
+
+layout(push_constant) uniform Args {
+    uint64_t x;
+    uint64_t positions;  // (n_tokens) u32
+    uint64_t freqs;      // (n_rot / 2) × {hi, lo}
+    uint n_tokens;
+    uint n_head;
+    uint head_dim;
+    uint n_rot;
+    uint neox;
+} a;
+
+const float kTwoOverPi = 0.63661977236758134;
+const float kPio2a = 1.5707963705062866;
+const float kPio2b = -4.371138828673793e-08;
+const float kPio2c = -1.7151245100058819e-15;
+
+void main() {
+    const uint i = gl_GlobalInvocationID.x, h = gl_WorkGroupID.y, t = gl_WorkGroupID.z;
+    const uint half_rot = a.n_rot / 2u;
+    if (i >= half_rot) return;
+    const float pos = float(Words(a.positions).v[t]);  // exact below 2^24
+    Floats f = Floats(a.freqs);
+    const float hi = f.v[2u * i], lo = f.v[2u * i + 1u];
+    precise float p = pos * hi;
+    precise float e = fma(pos, hi, -p);  // the product's rounding error, exactly
+    precise float tail = fma(pos, lo, e);
+    const float k = floor(p * kTwoOverPi + 0.5);
+    precise float r = fma(-k, kPio2a, p);
+    r = fma(-k, kPio2b, r);
+    r = fma(-k, kPio2c, r);
+    r = r + tail;
+    // sin r = r + r z P(z), cos r = 1 - z / 2 + z^2 Q(z), z = r^2 (Cephes' sinf / cosf).
+    const float z = r * r;
+    const float sp = fma(fma(-1.9515295891e-4, z, 8.3321608736e-3), z, -1.6666654611e-1);
+    const float cq = fma(fma(2.443315711809948e-5, z, -1.388731625493765e-3), z,
+                         4.166664568298827e-2);
+    const float sin_r = fma(r * z, sp, r);
+    const float cos_r = fma(z * z, cq, fma(-0.5, z, 1.0));
+    const uint q = uint(k) & 3u;
+    const float s = q == 0u ? sin_r : q == 1u ? cos_r : q == 2u ? -sin_r : -cos_r;
+    const float c = q == 0u ? cos_r : q == 1u ? -sin_r : q == 2u ? -cos_r : sin_r;
+
+    Floats v = Floats(a.x + 4ul * (uint64_t(t) * a.n_head + h) * a.head_dim);
+    const uint i0 = a.neox != 0u ? i : 2u * i;
+    const uint i1 = a.neox != 0u ? i + half_rot : 2u * i + 1u;
+    const float x0 = v.v[i0], x1 = v.v[i1];
+    precise float y0 = x0 * c - x1 * s;
+    precise float y1 = x0 * s + x1 * c;
+    v.v[i0] = y0;
+    v.v[i1] = y1;
+}

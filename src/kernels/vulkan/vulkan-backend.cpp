@@ -1,0 +1,712 @@
+#include "kernels/vulkan/vulkan-backend.h"
+
+#include <fmt/format.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "core/units.h"
+#include "kernels/vulkan/spirv.h"
+
+namespace headroom::kernels {
+
+using vk::check;
+using vk::make;
+
+namespace {
+
+constexpr uint64_t kStagingBytes = 64ull << 20;
+constexpr uint32_t kPushBytes = 128;
+constexpr uint32_t kMaxGroups = 65535;
+
+uint64_t align_up(uint64_t n, uint64_t a) {
+    return (n + a - 1) / a * a;
+}
+
+uint32_t div_up(uint64_t n, uint64_t d) {
+    return static_cast<uint32_t>((n + d - 1) / d);
+}
+
+// The shaders' name for a tensor type, or null when no shader takes it.
+const char* shader_type(TensorType t) {
+    switch (t) {
+        case TensorType::F32:
+            return "f32";
+        case TensorType::F16:
+            return "f16";
+        case TensorType::BF16:
+            return "bf16";
+        case TensorType::Q8_0:
+            return "q8_0";
+        case TensorType::Q4_0:
+            return "q4_0";
+        case TensorType::Q4_1:
+            return "q4_1";
+        case TensorType::Q5_0:
+            return "q5_0";
+        case TensorType::Q5_1:
+            return "q5_1";
+        case TensorType::Q4_K:
+            return "q4_k";
+        case TensorType::Q5_K:
+            return "q5_k";
+        case TensorType::Q6_K:
+            return "q6_k";
+        default:
+            return nullptr;
+    }
+}
+
+const char* kv_name(KvDtype d) {
+    switch (d) {
+        case KvDtype::F32:
+            return "f32";
+        case KvDtype::F16:
+            return "f16";
+        case KvDtype::BF16:
+            return "bf16";
+        case KvDtype::Q8_0:
+            return "q8_0";
+    }
+    return "f16";
+}
+
+// A 1-D grid of n invocations in workgroups of `local`, 2-D past 65535 groups.
+std::pair<uint32_t, uint32_t> grid_1d(uint64_t n, uint32_t local) {
+    const uint64_t groups = (n + local - 1) / local;
+    if (groups <= kMaxGroups) return {static_cast<uint32_t>(std::max<uint64_t>(groups, 1)), 1};
+    return {kMaxGroups, div_up(groups, kMaxGroups)};
+}
+
+// A shader module's name built on the stack: a step names ~15 per layer and
+// allocates nothing.
+class ShaderName {
+  public:
+    template <class... Args>
+    explicit ShaderName(fmt::format_string<Args...> f, Args&&... args) {
+        n_ = fmt::format_to_n(buf_, sizeof(buf_), f, std::forward<Args>(args)...).size;
+    }
+    operator std::string_view() const { return {buf_, std::min(n_, sizeof(buf_))}; }
+
+  private:
+    char buf_[48];
+    size_t n_ = 0;
+};
+
+// Push constants, laid out as the shaders declare them (std430: 8-byte
+// addresses first, then 4-byte fields).
+struct MatmulArgs {
+    uint64_t w, x, y;
+    uint32_t n_rows, n_cols, n_tokens, row_bytes, x_stride, y_stride;
+};
+struct NormArgs {
+    uint64_t x, w, out;
+    uint32_t n_rows, n;
+    float eps, weight_offset;
+};
+struct ElementwiseArgs {
+    uint64_t x, y;
+    uint32_t n, n_cols;
+};
+struct RopeShaderArgs {
+    uint64_t x, positions, freqs;
+    uint32_t n_tokens, n_head, head_dim, n_rot, neox;
+};
+struct RowsArgs {
+    uint64_t src, index, out;
+    uint32_t n_cols, row_bytes;
+    float scale;
+};
+struct StoreKvArgs {
+    uint64_t k, v, layer_base, slots;
+    uint32_t block_bytes, block_size, k_row_bytes, v_row_bytes, v_start, n_head_kv, head_dim_k,
+        head_dim_v;
+};
+struct AttentionArgsGpu {
+    uint64_t q, out, layer_base, step;
+    uint32_t at_positions, at_seq_of_token, at_table_start, at_tables, block_bytes, block_size,
+        k_row_bytes, v_row_bytes, v_start, n_head, n_head_kv, head_dim_k, head_dim_v, window;
+    float scale;
+};
+static_assert(sizeof(AttentionArgsGpu) <= kPushBytes);
+
+}  // namespace
+
+VulkanBackend::VulkanBackend(Ledger& host, const VulkanOptions& o)
+    : Backend(host, false),
+      ctx_(std::make_unique<vk::Context>(o.device_index)),
+      ledger_(fmt::format("gpu{}", o.device_index)),
+      progress_(o.progress) {
+    const vk::HeapInfo& heap = ctx_->info().main_heap();
+    if (o.device_memory_bytes) {
+        device_bytes_ = o.device_memory_bytes;
+        device_bytes_source_ = fmt::format("--device-memory {}", format_bytes(device_bytes_));
+    } else {
+        const uint64_t have = heap.budget_bytes ? *heap.budget_bytes : heap.size_bytes;
+        if (o.reserve_bytes >= have)
+            fail("--reserve {} leaves nothing of {}'s {} {}", format_bytes(o.reserve_bytes),
+                 ctx_->info().name, format_bytes(have), heap.budget_bytes ? "budget" : "heap");
+        device_bytes_ = have - o.reserve_bytes;
+        device_bytes_source_ = fmt::format(
+            "{} {}{}", heap.budget_bytes ? "heap budget" : "heap", format_bytes(have),
+            o.reserve_bytes ? fmt::format(" less --reserve {}", format_bytes(o.reserve_bytes))
+                            : "");
+    }
+    budget_bytes_ = static_cast<uint64_t>(static_cast<double>(device_bytes_) * o.mem_fraction);
+
+    VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushBytes};
+    auto li = make<VkPipelineLayoutCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO);
+    li.pushConstantRangeCount = 1;
+    li.pPushConstantRanges = &range;
+    check(vkCreatePipelineLayout(ctx_->device(), &li, nullptr, &layout_), "vkCreatePipelineLayout");
+    auto ai = make<VkCommandBufferAllocateInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO);
+    ai.commandPool = ctx_->command_pool();
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    check(vkAllocateCommandBuffers(ctx_->device(), &ai, &step_cb_), "vkAllocateCommandBuffers");
+    auto fi = make<VkFenceCreateInfo>(VK_STRUCTURE_TYPE_FENCE_CREATE_INFO);
+    check(vkCreateFence(ctx_->device(), &fi, nullptr, &step_fence_), "vkCreateFence");
+    rope_tables_ = new_allocation(Term::Runtime, kContextBytes, false, "RoPE tables");
+    ledger_.allocate(Term::Runtime, kContextBytes);
+}
+
+VulkanBackend::~VulkanBackend() {
+    VkDevice d = ctx_->device();
+    vkDeviceWaitIdle(d);
+    for (auto& [name, p] : pipelines_) vkDestroyPipeline(d, p, nullptr);
+    vkDestroyPipelineLayout(d, layout_, nullptr);
+    vkDestroyFence(d, step_fence_, nullptr);
+    for (auto& a : allocations_) {
+        if (!a.live) continue;
+        vkDestroyBuffer(d, a.buffer, nullptr);
+        vkFreeMemory(d, a.memory, nullptr);
+    }
+}
+
+std::string VulkanBackend::name() const {
+    return fmt::format("vulkan {} ({})", ctx_->info().name, ctx_->info().type);
+}
+
+// ---- memory ---------------------------------------------------------------------
+
+DevPtr VulkanBackend::new_allocation(Term term, uint64_t bytes, bool host_visible,
+                                     const char* what) {
+    Ledger& book = host_visible ? host_ledger() : ledger_;
+    bytes = std::max<uint64_t>(bytes, 16);
+    if (!host_visible) {
+        uint64_t held = 0;
+        for (Term t : kTerms) held += ledger_.snapshot()[t].reserved_bytes;
+        if (held + bytes > budget_bytes_)
+            fail("{}: {} does not fit {}'s budget: {} of {} is taken ({} = {} × mem-fraction)",
+                 what, format_bytes(bytes), ctx_->info().name, format_bytes(held),
+                 format_bytes(budget_bytes_), format_bytes(budget_bytes_), device_bytes_source_);
+        if (bytes > ctx_->info().max_allocation_bytes)
+            fail("{}: {} is more than {} allocates at once ({})", what, format_bytes(bytes),
+                 ctx_->info().name, format_bytes(ctx_->info().max_allocation_bytes));
+    }
+    VkDevice d = ctx_->device();
+    Allocation a;
+    a.size = bytes;
+    a.term = term;
+    a.host = host_visible;
+    auto bi = make<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
+    bi.size = bytes;
+    bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+               VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
+    bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    check(vkCreateBuffer(d, &bi, nullptr, &a.buffer), "vkCreateBuffer");
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(d, a.buffer, &req);
+    const uint32_t type =
+        host_visible ? ctx_->memory_type(req.memoryTypeBits,
+                                         VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+                                             VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+                                         VK_MEMORY_PROPERTY_HOST_CACHED_BIT)
+                     : ctx_->memory_type(req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+    auto flags = make<VkMemoryAllocateFlagsInfo>(VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO);
+    flags.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
+    auto mi = make<VkMemoryAllocateInfo>(VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO);
+    mi.pNext = &flags;
+    mi.allocationSize = req.size;
+    mi.memoryTypeIndex = type;
+    const VkResult r = vkAllocateMemory(d, &mi, nullptr, &a.memory);
+    if (r != VK_SUCCESS) {
+        vkDestroyBuffer(d, a.buffer, nullptr);
+        fail("{}: {} could not take {} of {} memory ({}); {} of the ledger's budget {} was free",
+             what, ctx_->info().name, format_bytes(bytes), host_visible ? "host-visible" : "device",
+             static_cast<int>(r), host_visible ? "host" : ledger_.device(),
+             format_bytes(budget_bytes_));
+    }
+    check(vkBindBufferMemory(d, a.buffer, a.memory, 0), "vkBindBufferMemory");
+    auto ai = make<VkBufferDeviceAddressInfo>(VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO);
+    ai.buffer = a.buffer;
+    a.address = vkGetBufferDeviceAddress(d, &ai);
+    if (host_visible) {
+        void* p = nullptr;
+        check(vkMapMemory(d, a.memory, 0, VK_WHOLE_SIZE, 0, &p), "vkMapMemory");
+        a.mapped = static_cast<uint8_t*>(p);
+        std::memset(a.mapped, 0, bytes);
+    } else {
+        ctx_->run_once([&](VkCommandBuffer cb) { vkCmdFillBuffer(cb, a.buffer, 0, bytes, 0); });
+    }
+    a.live = true;
+    book.reserve(term, bytes);
+    allocations_.push_back(a);
+    return {static_cast<uint32_t>(allocations_.size()), 0};
+}
+
+DevPtr VulkanBackend::allocate(Term term, uint64_t bytes, const char* what) {
+    return new_allocation(term, bytes, false, what);
+}
+
+void VulkanBackend::release(DevPtr buffer) {
+    if (!buffer) return;
+    Allocation& a = allocations_[buffer.buffer - 1];
+    HR_CHECK(a.live);
+    VkDevice d = ctx_->device();
+    vkDeviceWaitIdle(d);
+    vkDestroyBuffer(d, a.buffer, nullptr);
+    vkFreeMemory(d, a.memory, nullptr);
+    (a.host ? host_ledger() : ledger_).unreserve(a.term, a.size);
+    a = Allocation{};
+}
+
+void VulkanBackend::copy_through_staging(DevPtr dst, const uint8_t* src, uint64_t bytes) {
+    if (!staging_) {
+        staging_bytes_ = kStagingBytes;
+        staging_ = new_allocation(Term::Runtime, staging_bytes_, true, "upload staging");
+    }
+    const Allocation& s = allocation(staging_);
+    const Allocation& d = allocation(dst);
+    for (uint64_t done = 0; done < bytes;) {
+        const uint64_t n = std::min(staging_bytes_, bytes - done);
+        std::memcpy(s.mapped, src + done, n);
+        ctx_->run_once([&](VkCommandBuffer cb) {
+            VkBufferCopy c{0, dst.offset + done, n};
+            vkCmdCopyBuffer(cb, s.buffer, d.buffer, 1, &c);
+        });
+        done += n;
+    }
+    totals_.upload_bytes += bytes;
+}
+
+void VulkanBackend::upload(DevPtr dst, const void* src, uint64_t bytes) {
+    copy_through_staging(dst, static_cast<const uint8_t*>(src), bytes);
+}
+
+void VulkanBackend::download(void* dst, DevPtr src, uint64_t bytes) {
+    if (!staging_) {
+        staging_bytes_ = kStagingBytes;
+        staging_ = new_allocation(Term::Runtime, staging_bytes_, true, "upload staging");
+    }
+    const Allocation& s = allocation(staging_);
+    const Allocation& a = allocation(src);
+    for (uint64_t done = 0; done < bytes;) {
+        const uint64_t n = std::min(staging_bytes_, bytes - done);
+        ctx_->run_once([&](VkCommandBuffer cb) {
+            VkBufferCopy c{src.offset + done, 0, n};
+            vkCmdCopyBuffer(cb, a.buffer, s.buffer, 1, &c);
+        });
+        std::memcpy(static_cast<uint8_t*>(dst) + done, s.mapped, n);
+        done += n;
+    }
+    totals_.download_bytes += bytes;
+}
+
+void VulkanBackend::copy_block(DevPtr dst, DevPtr src, uint64_t bytes) {
+    HR_CHECK(!recording_);
+    const Allocation& d = allocation(dst);
+    const Allocation& s = allocation(src);
+    ctx_->run_once([&](VkCommandBuffer cb) {
+        VkBufferCopy c{src.offset, dst.offset, bytes};
+        vkCmdCopyBuffer(cb, s.buffer, d.buffer, 1, &c);
+    });
+}
+
+// ---- weights ------------------------------------------------------------------
+
+void VulkanBackend::begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes,
+                                  bool mapped) {
+    HR_CHECK(weights_.empty());
+    file_data_ = file_data;
+    file_tensor_bytes_ = tensor_bytes;
+    file_mapped_ = mapped;
+    // The mapped file is host memory while its tensors are copied.
+    if (mapped) {
+        host_ledger().reserve(Term::Weights, tensor_bytes);
+        host_ledger().allocate(Term::Weights, tensor_bytes);
+    }
+}
+
+Weight VulkanBackend::upload_matrix(const HostTensor& t, WeightUse) {
+    if (!shader_type(t.type))
+        fail("the Vulkan backend has no shaders for {} weights", headroom::name(t.type));
+    WeightEntry e;
+    e.w = {t.type, t.n_rows, t.n_cols, t.row_bytes, static_cast<uint32_t>(weights_.size() + 1)};
+    e.host = t.data;
+    e.bytes = t.row_bytes * static_cast<uint64_t>(t.n_rows);
+    weights_.push_back(e);
+    return e.w;
+}
+
+Weight VulkanBackend::upload_vector(const float* values, int64_t n) {
+    WeightEntry e;
+    const uint64_t bytes = static_cast<uint64_t>(n) * sizeof(float);
+    e.w = {TensorType::F32, 1, n, bytes, static_cast<uint32_t>(weights_.size() + 1)};
+    e.host = reinterpret_cast<const uint8_t*>(values);
+    e.bytes = bytes;
+    e.values = values;
+    weights_.push_back(e);
+    return e.w;
+}
+
+void VulkanBackend::end_weights() {
+    uint64_t total = 0;
+    for (const auto& e : weights_) total += align_up(e.bytes, kDeviceWeightAlign);
+    uint64_t held = 0;
+    for (Term t : kTerms) held += ledger_.snapshot()[t].reserved_bytes;
+    if (held + total > budget_bytes_)
+        fail(
+            "the weights take {} on {} but its budget is {} ({} × mem-fraction, {} already "
+            "taken): use a smaller weight type (headroom plan --compare-quant), a larger "
+            "--mem-fraction or --device-memory, or the CPU (--device cpu)",
+            format_bytes(total), ctx_->info().name, format_bytes(budget_bytes_),
+            device_bytes_source_, format_bytes(held));
+    // Chunks of at most 1 GiB (or what the device allocates at once), each
+    // exactly the tensors packed into it.
+    const uint64_t max_chunk = std::min<uint64_t>(ctx_->info().max_allocation_bytes, 1ull << 30);
+    Progress bar("uploading weights", total, progress_ && total > (256ull << 20));
+    uint64_t done = 0;
+    for (size_t first = 0; first < weights_.size();) {
+        uint64_t chunk = 0;
+        size_t last = first;
+        while (last < weights_.size() &&
+               (last == first ||
+                chunk + align_up(weights_[last].bytes, kDeviceWeightAlign) <= max_chunk))
+            chunk += align_up(weights_[last++].bytes, kDeviceWeightAlign);
+        const DevPtr base = new_allocation(Term::Weights, chunk, false, "weights");
+        ledger_.allocate(Term::Weights, chunk);
+        uint64_t at = 0;
+        for (size_t i = first; i < last; ++i) {
+            WeightEntry& e = weights_[i];
+            e.at = base + at;
+            copy_through_staging(e.at, e.host, e.bytes);
+            at += align_up(e.bytes, kDeviceWeightAlign);
+            done += align_up(e.bytes, kDeviceWeightAlign);
+            bar.update(done, format_bytes(done));
+        }
+        first = last;
+    }
+    bar.finish(format_bytes(total));
+    // The file's pages are not read again: the device has them.
+    if (file_mapped_) {
+        constexpr uint64_t kPage = 4096;
+        const auto begin =
+            (reinterpret_cast<uintptr_t>(file_data_.data()) + kPage - 1) & ~(kPage - 1);
+        const auto end =
+            (reinterpret_cast<uintptr_t>(file_data_.data() + file_data_.size())) & ~(kPage - 1);
+        if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+        host_ledger().release(Term::Weights, file_tensor_bytes_);
+        host_ledger().unreserve(Term::Weights, file_tensor_bytes_);
+    }
+    if (staging_) {
+        release(staging_);
+        staging_ = {};
+    }
+}
+
+// ---- steps ----------------------------------------------------------------------
+
+void VulkanBackend::set_workspace(const Workspace& ws) {
+    step_device_ = ws.step_view;
+    step_device_bytes_ = ws.step_view_bytes;
+    if (logits_host_) release(logits_host_);
+    logits_host_bytes_ = ws.logits_host_bytes;
+    logits_host_ = new_allocation(Term::Activations, logits_host_bytes_, true, "logits readback");
+}
+
+VkPipeline VulkanBackend::pipeline(std::string_view name) {
+    if (auto it = pipelines_.find(name); it != pipelines_.end()) return it->second;
+    const vk::SpirvModule* m = vk::find_spirv(name);
+    HR_CHECK_MSG(m, "a shader module the build did not make");
+    VkDevice d = ctx_->device();
+    auto si = make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
+    si.codeSize = m->n_words * 4;
+    si.pCode = m->words;
+    VkShaderModule module = VK_NULL_HANDLE;
+    check(vkCreateShaderModule(d, &si, nullptr, &module), "vkCreateShaderModule");
+    auto pi = make<VkComputePipelineCreateInfo>(VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO);
+    pi.stage =
+        make<VkPipelineShaderStageCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO);
+    pi.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    pi.stage.module = module;
+    pi.stage.pName = "main";
+    pi.layout = layout_;
+    VkPipeline p = VK_NULL_HANDLE;
+    const VkResult r = vkCreateComputePipelines(d, VK_NULL_HANDLE, 1, &pi, nullptr, &p);
+    vkDestroyShaderModule(d, module, nullptr);
+    check(r, "vkCreateComputePipelines");
+    pipelines_.emplace(std::string(name), p);
+    return p;
+}
+
+void VulkanBackend::record_barrier() {
+    auto b = make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
+    b.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    b.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                      VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    vkCmdPipelineBarrier(step_cb_,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0,
+                         1, &b, 0, nullptr, 0, nullptr);
+}
+
+template <class Push>
+void VulkanBackend::dispatch(std::string_view shader, const Push& push, uint32_t gx, uint32_t gy,
+                             uint32_t gz) {
+    static_assert(sizeof(Push) <= kPushBytes);
+    HR_CHECK_MSG(recording_, "an op outside begin_step / end_step");
+    const VkPipeline p = pipeline(shader);
+    if (p != bound_) {
+        vkCmdBindPipeline(step_cb_, VK_PIPELINE_BIND_POINT_COMPUTE, p);
+        bound_ = p;
+    }
+    vkCmdPushConstants(step_cb_, layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(Push), &push);
+    vkCmdDispatch(step_cb_, gx, gy, gz);
+    record_barrier();
+    ++step_counters_.n_dispatches;
+}
+
+void VulkanBackend::begin_step(const StepView& step) {
+    HR_CHECK(!recording_);
+    step_counters_ = {};
+    check(vkResetCommandBuffer(step_cb_, 0), "vkResetCommandBuffer");
+    auto bi = make<VkCommandBufferBeginInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    check(vkBeginCommandBuffer(step_cb_, &bi), "vkBeginCommandBuffer");
+    recording_ = true;
+    bound_ = VK_NULL_HANDLE;
+    // The step view goes with the commands (vkCmdUpdateBuffer takes 64 KiB a call).
+    const uint64_t bytes = uint64_t{step.n_words} * 4;
+    HR_CHECK(bytes <= step_device_bytes_);
+    const Allocation& a = allocation(step_device_);
+    for (uint64_t done = 0; done < bytes; done += 65536)
+        vkCmdUpdateBuffer(step_cb_, a.buffer, step_device_.offset + done,
+                          std::min<uint64_t>(65536, bytes - done),
+                          reinterpret_cast<const uint8_t*>(step.words) + done);
+    step_counters_.upload_bytes += bytes;
+    record_barrier();
+}
+
+float* VulkanBackend::end_step(DevPtr logits, uint64_t n_floats) {
+    HR_CHECK(recording_);
+    const uint64_t bytes = n_floats * 4;
+    HR_CHECK(bytes <= logits_host_bytes_);
+    if (bytes) {
+        const Allocation& src = allocation(logits);
+        VkBufferCopy c{logits.offset, 0, bytes};
+        vkCmdCopyBuffer(step_cb_, src.buffer, allocation(logits_host_).buffer, 1, &c);
+        auto b = make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
+        b.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+        b.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+        vkCmdPipelineBarrier(step_cb_, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                             0, 1, &b, 0, nullptr, 0, nullptr);
+    }
+    check(vkEndCommandBuffer(step_cb_), "vkEndCommandBuffer");
+    recording_ = false;
+    auto si = make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &step_cb_;
+    check(vkResetFences(ctx_->device(), 1, &step_fence_), "vkResetFences");
+    check(vkQueueSubmit(ctx_->queue(), 1, &si, step_fence_), "vkQueueSubmit");
+    check(vkWaitForFences(ctx_->device(), 1, &step_fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+    step_counters_.n_submits = 1;
+    step_counters_.n_waits = 1;
+    step_counters_.download_bytes = bytes;
+    totals_.n_submits += 1;
+    totals_.n_waits += 1;
+    totals_.n_dispatches += step_counters_.n_dispatches;
+    totals_.upload_bytes += step_counters_.upload_bytes;
+    totals_.download_bytes += bytes;
+    return reinterpret_cast<float*>(allocation(logits_host_).mapped);
+}
+
+// ---- ops --------------------------------------------------------------------------
+
+void VulkanBackend::get_rows(const Weight& table, const StepView& step, float scale, DevPtr out) {
+    RowsArgs a{address(table),
+               step_address(step.at.tokens),
+               address(out),
+               static_cast<uint32_t>(table.n_cols),
+               static_cast<uint32_t>(table.row_bytes),
+               scale};
+    dispatch(ShaderName("get-rows-{}", shader_type(table.type)), a,
+             div_up(div_up(table.n_cols, 32), 64), step.n_tokens);
+}
+
+void VulkanBackend::gather_rows(DevPtr x, int64_t n_cols, const StepView& step, DevPtr out) {
+    if (step.n_logit_rows == 0) return;
+    RowsArgs a{address(x),
+               step_address(step.at.logit_rows),
+               address(out),
+               static_cast<uint32_t>(n_cols),
+               0,
+               1.0f};
+    dispatch("gather-rows", a, div_up(n_cols, 64), step.n_logit_rows);
+}
+
+void VulkanBackend::rmsnorm(DevPtr x, const Weight& w, float weight_offset, float eps,
+                            int64_t n_rows, int64_t n, DevPtr out) {
+    NormArgs a{address(x),
+               address(w),
+               address(out),
+               static_cast<uint32_t>(n_rows),
+               static_cast<uint32_t>(n),
+               eps,
+               weight_offset};
+    const auto n_groups = static_cast<uint64_t>(n_rows);
+    dispatch("norm", a, static_cast<uint32_t>(std::min<uint64_t>(n_groups, kMaxGroups)),
+             div_up(n_groups, kMaxGroups));
+}
+
+void VulkanBackend::matmul(std::span<const Weight* const> ws, DevPtr x, int64_t n_tokens,
+                           std::span<const DevPtr> ys) {
+    HR_CHECK(ws.size() == ys.size());
+    const bool tile = n_tokens > 1;
+    for (size_t i = 0; i < ws.size(); ++i) {
+        const Weight& w = *ws[i];
+        MatmulArgs a{address(w),
+                     address(x),
+                     address(ys[i]),
+                     static_cast<uint32_t>(w.n_rows),
+                     static_cast<uint32_t>(w.n_cols),
+                     static_cast<uint32_t>(n_tokens),
+                     static_cast<uint32_t>(w.row_bytes),
+                     static_cast<uint32_t>(w.n_cols),
+                     static_cast<uint32_t>(w.n_rows)};
+        const uint32_t row_groups = div_up(w.n_rows, 16);
+        HR_CHECK_MSG(row_groups <= kMaxGroups, "a matrix of more than 1,048,560 rows");
+        dispatch(ShaderName("matmul-{}-{}", shader_type(w.type), tile ? "t8" : "t1"), a, row_groups,
+                 div_up(n_tokens, tile ? 8 : 1));
+    }
+}
+
+void VulkanBackend::add_bias(DevPtr y, const Weight& bias, int64_t n_rows) {
+    const uint64_t n = static_cast<uint64_t>(n_rows) * bias.n_cols;
+    ElementwiseArgs a{address(y), address(bias), static_cast<uint32_t>(n),
+                      static_cast<uint32_t>(bias.n_cols)};
+    const auto [gx, gy] = grid_1d(n, 256);
+    dispatch("add-bias", a, gx, gy);
+}
+
+void VulkanBackend::silu_mul(DevPtr gate, DevPtr up, int64_t n) {
+    ElementwiseArgs a{address(gate), address(up), static_cast<uint32_t>(n), 0};
+    const auto [gx, gy] = grid_1d(n, 256);
+    dispatch("silu-mul", a, gx, gy);
+}
+
+void VulkanBackend::gelu_mul(DevPtr gate, DevPtr up, int64_t n) {
+    ElementwiseArgs a{address(gate), address(up), static_cast<uint32_t>(n), 0};
+    const auto [gx, gy] = grid_1d(n, 256);
+    dispatch("gelu-mul", a, gx, gy);
+}
+
+void VulkanBackend::add(DevPtr x, DevPtr y, int64_t n) {
+    ElementwiseArgs a{address(x), address(y), static_cast<uint32_t>(n), 0};
+    const auto [gx, gy] = grid_1d(n, 256);
+    dispatch("add", a, gx, gy);
+}
+
+uint64_t VulkanBackend::rope_table(const RopeArgs& args, const Weight& factors) {
+    for (const auto& t : rope_configs_)
+        if (t.base == args.base && t.position_scale == args.position_scale &&
+            t.n_rot == args.n_rot && t.factors == factors.id)
+            return address(rope_tables_) + t.offset;
+    // freq_i = scale × base^(-2i / n_rot) / factor_i in double, kept as hi + lo.
+    const uint32_t half = args.n_rot / 2;
+    const uint64_t bytes = uint64_t{half} * 8;
+    HR_CHECK_MSG(rope_used_ + bytes <= kContextBytes, "more RoPE configurations than tables");
+    std::vector<float> table(2 * half);
+    const float* f = factors ? weights_[factors.id - 1].values : nullptr;
+    for (uint32_t i = 0; i < half; ++i) {
+        double freq = static_cast<double>(args.position_scale) *
+                      std::pow(static_cast<double>(args.base), -2.0 * i / args.n_rot);
+        if (f) freq /= f[i];
+        const auto hi = static_cast<float>(freq);
+        table[2 * i] = hi;
+        table[2 * i + 1] = static_cast<float>(freq - hi);
+    }
+    // Written into the step's commands, before its first use.
+    const Allocation& a = allocation(rope_tables_);
+    vkCmdUpdateBuffer(step_cb_, a.buffer, rope_used_, bytes, table.data());
+    record_barrier();
+    step_counters_.upload_bytes += bytes;
+    rope_configs_.push_back({args.base, args.position_scale, args.n_rot, factors.id, rope_used_});
+    rope_used_ += align_up(bytes, 16);
+    return address(rope_tables_) + rope_configs_.back().offset;
+}
+
+void VulkanBackend::rope(DevPtr x, const StepView& step, const RopeArgs& args,
+                         const Weight& freq_factors) {
+    const uint64_t freqs = rope_table(args, freq_factors);
+    RopeShaderArgs a{address(x),  step_address(step.at.positions),
+                     freqs,       step.n_tokens,
+                     args.n_head, args.head_dim,
+                     args.n_rot,  args.mode == RopeMode::NeoX ? 1u : 0u};
+    dispatch("rope", a, div_up(args.n_rot / 2, 64), args.n_head, step.n_tokens);
+}
+
+void VulkanBackend::store_kv(const KvLayout& kv, uint32_t layer, const StepView& step, DevPtr k,
+                             DevPtr v) {
+    const uint32_t g = kv.group_of_layer[layer];
+    StoreKvArgs a{
+        address(k),
+        address(v),
+        address(kv.base) + kv.group_offset_bytes[g] + kv.index_in_group[layer] * kv.layer_bytes,
+        step_address(step.at.slots + g * step.n_tokens),
+        static_cast<uint32_t>(kv.group_block_bytes[g]),
+        kv.block_size,
+        static_cast<uint32_t>(kv.k_row_bytes),
+        static_cast<uint32_t>(kv.v_row_bytes),
+        static_cast<uint32_t>(uint64_t{kv.n_head_kv} * kv.block_size * kv.k_row_bytes),
+        kv.n_head_kv,
+        kv.head_dim_k,
+        kv.head_dim_v};
+    const uint32_t width = std::max(kv.head_dim_k, kv.head_dim_v);
+    const uint32_t items = kv.dtype == KvDtype::Q8_0 ? div_up(width, 32) : width;
+    dispatch(ShaderName("store-kv-{}", kv_name(kv.dtype)), a, div_up(items, 64), kv.n_head_kv,
+             step.n_tokens);
+}
+
+void VulkanBackend::attention(const KvLayout& kv, const StepView& step, const AttentionOp& op) {
+    HR_CHECK_MSG(op.head_dim_k <= 256 && op.head_dim_v <= 256, "heads wider than 256");
+    const uint32_t g = kv.group_of_layer[op.layer];
+    AttentionArgsGpu a{
+        address(op.q),
+        address(op.out),
+        address(kv.base) + kv.group_offset_bytes[g] + kv.index_in_group[op.layer] * kv.layer_bytes,
+        address(step_device_),
+        step.at.positions,
+        step.at.seq_of_token,
+        step.at.table_start + g * step.n_seqs,
+        step.at.tables,
+        static_cast<uint32_t>(kv.group_block_bytes[g]),
+        kv.block_size,
+        static_cast<uint32_t>(kv.k_row_bytes),
+        static_cast<uint32_t>(kv.v_row_bytes),
+        static_cast<uint32_t>(uint64_t{kv.n_head_kv} * kv.block_size * kv.k_row_bytes),
+        op.n_head,
+        op.n_head_kv,
+        op.head_dim_k,
+        op.head_dim_v,
+        op.window,
+        op.scale};
+    dispatch(ShaderName("attention-{}", kv_name(kv.dtype)), a, op.n_head, step.n_tokens);
+}
+
+}  // namespace headroom::kernels

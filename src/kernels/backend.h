@@ -48,9 +48,12 @@
 
 namespace headroom::kernels {
 
-// A GPU backend keeps each weight tensor as stored (vectors as f32) at a
-// multiple of this many bytes: the planner predicts its weights by the same rule.
-inline constexpr uint64_t kDeviceWeightAlign = 256;
+// A GPU backend keeps each weight tensor as stored (vectors as f32) in a
+// slot of its bytes plus 16 (its shaders read whole words, a few bytes past
+// a block) rounded up to 256: the planner predicts its weights by this rule.
+inline constexpr uint64_t device_weight_slot(uint64_t bytes) {
+    return (bytes + 16 + 255) / 256 * 256;
+}
 
 // A tensor a backend holds: (n_rows, n_cols) in `type`. Vectors (norm
 // weights, biases, RoPE factors) are f32 with one row.

@@ -90,8 +90,7 @@ ModelDesc describe_gguf(const gguf::GgufFile& file) {
     for (const auto& t : file.tensors()) {
         m.weight_bytes += t.size_bytes;
         const uint64_t on_device = t.n_dims == 1 ? t.n_elements * 4 : t.size_bytes;
-        m.device_weight_bytes += (on_device + kernels::kDeviceWeightAlign - 1) /
-                                 kernels::kDeviceWeightAlign * kernels::kDeviceWeightAlign;
+        m.device_weight_bytes += kernels::device_weight_slot(on_device);
         m.n_params += t.n_elements;
         if (t.n_dims > 1) by_type[t.type] += t.size_bytes;
         if (t.name.starts_with("blk.")) {

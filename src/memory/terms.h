@@ -47,8 +47,8 @@ struct ModelDesc {
     // Per transformer block, for planning layers kept on the CPU; the rest of
     // weight_bytes is embeddings, output and final norm.
     std::vector<uint64_t> layer_weight_bytes;
-    // What the tensors take in a GPU's memory: each as stored (vectors as
-    // f32), rounded up to kernels::kDeviceWeightAlign. 0 when not known.
+    // What the tensors take in a GPU's memory: kernels::device_weight_slot()
+    // of each as stored (vectors as f32). 0 when not known.
     uint64_t device_weight_bytes = 0;
 };
 

@@ -80,7 +80,6 @@ void CpuBackend::copy_block(DevPtr dst, DevPtr src, uint64_t bytes) {
 
 void CpuBackend::begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes,
                                bool mapped) {
-    HR_CHECK(weights_.empty());
     file_data_ = file_data;
     file_mapped_ = mapped;
     // The mapped file's tensors are this backend's weights.
@@ -114,13 +113,13 @@ void CpuBackend::end_weights() {
     uint64_t total = 0;
     for (uint32_t id : to_pack_) total += pack_size(ops_.packed_bytes(weights_[id - 1]));
     if (total == 0) return;
-    packed_ = Region(total, "repacked weights");
+    uint8_t* region = packed_.emplace_back(total, "repacked weights").data();
     uint64_t at = 0;
     for (uint32_t id : to_pack_) {
         Matrix& m = weights_[id - 1];
         const uint64_t n = ops_.packed_bytes(m);
-        ops_.repack(m, packed_.data() + at, ctx_);
-        m.packed = packed_.data() + at;
+        ops_.repack(m, region + at, ctx_);
+        m.packed = region + at;
         m.packed_for = &ops_;
         at += pack_size(n);
         // The file's pages of this matrix are not read again: drop them from
@@ -132,6 +131,7 @@ void CpuBackend::end_weights() {
             (reinterpret_cast<uintptr_t>(m.data) + m.row_bytes * m.n_rows) & ~(kPage - 1);
         if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
     }
+    to_pack_.clear();
 }
 
 void CpuBackend::make_resident(bool progress) {

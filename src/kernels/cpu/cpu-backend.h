@@ -30,7 +30,11 @@ class CpuBackend final : public Backend {
     // backend's own use and for tests that fill buffers directly.
     uint8_t* host(DevPtr p) const;
     // Bytes of matrices repacked at end_weights (resident, anonymous memory).
-    uint64_t packed_bytes() const { return packed_.size_bytes(); }
+    uint64_t packed_bytes() const {
+        uint64_t n = 0;
+        for (const auto& r : packed_) n += r.size_bytes();
+        return n;
+    }
     // The matrix (or vector) behind a weight.
     const Matrix& matrix(const Weight& w) const { return weights_[w.id - 1]; }
 
@@ -91,8 +95,8 @@ class CpuBackend final : public Backend {
     std::span<const uint8_t> file_data_;
     bool file_mapped_ = false;
     std::vector<Matrix> weights_;    // Weight::id - 1
-    std::vector<uint32_t> to_pack_;  // ids of matrices read by matmul
-    Region packed_;                  // their repacked copies
+    std::vector<uint32_t> to_pack_;  // ids of matrices read by matmul, not yet repacked
+    std::vector<Region> packed_;     // their repacked copies, a region per end_weights
 };
 
 }  // namespace headroom::kernels

@@ -208,6 +208,9 @@ Context::Context(uint32_t index) {
         fail("--device vulkan:{}: {} lacks what headroom's shaders need: {}", index, name, missing);
     }
     vkGetPhysicalDeviceMemoryProperties(physical_, &memory_);
+    VkPhysicalDeviceProperties props;
+    vkGetPhysicalDeviceProperties(physical_, &props);
+    timestamp_period_ns_ = props.limits.timestampPeriod;
     memory_budget_ = has_extension(physical_, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
 
     uint32_t n_families = 0;

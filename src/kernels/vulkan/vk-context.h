@@ -80,6 +80,8 @@ class Context {
     }
     // The heap a memory type draws from.
     uint32_t heap_of(uint32_t type) const { return memory_.memoryTypes[type].heapIndex; }
+    // Nanoseconds per timestamp tick.
+    double timestamp_period_ns() const { return timestamp_period_ns_; }
     // The heap's budget now (VK_EXT_memory_budget), if the driver reports one.
     std::optional<uint64_t> heap_budget(uint32_t heap) const;
 
@@ -105,6 +107,7 @@ class Context {
     VkFence once_fence_ = VK_NULL_HANDLE;
     VkPhysicalDeviceMemoryProperties memory_{};
     bool memory_budget_ = false;
+    double timestamp_period_ns_ = 1;
     DeviceInfo info_;
 };
 

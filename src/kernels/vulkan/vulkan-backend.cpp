@@ -23,6 +23,7 @@ namespace {
 constexpr uint64_t kStagingBytes = 64ull << 20;
 constexpr uint32_t kPushBytes = 128;
 constexpr uint32_t kMaxGroups = 65535;
+constexpr uint32_t kMaxQueries = 4096;
 
 uint64_t align_up(uint64_t n, uint64_t a) {
     return (n + a - 1) / a * a;
@@ -173,11 +174,32 @@ VulkanBackend::VulkanBackend(Ledger& host, const VulkanOptions& o)
     check(vkCreateFence(ctx_->device(), &fi, nullptr, &step_fence_), "vkCreateFence");
     rope_tables_ = new_allocation(Term::Runtime, kContextBytes, false, "RoPE tables");
     ledger_.allocate(Term::Runtime, kContextBytes);
+    if (const char* p = std::getenv("HEADROOM_VULKAN_PROFILE"); p && *p && *p != '0') {
+        auto qi = make<VkQueryPoolCreateInfo>(VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO);
+        qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+        qi.queryCount = kMaxQueries;
+        check(vkCreateQueryPool(ctx_->device(), &qi, nullptr, &queries_), "vkCreateQueryPool");
+        timestamp_ns_ = ctx_->timestamp_period_ns();
+        query_shader_.reserve(kMaxQueries);
+    }
 }
 
 VulkanBackend::~VulkanBackend() {
     VkDevice d = ctx_->device();
     vkDeviceWaitIdle(d);
+    if (queries_) {
+        std::vector<std::pair<double, std::string>> rows;
+        double total = 0;
+        for (const auto& [name, t] : profile_) {
+            rows.emplace_back(t.first,
+                              fmt::format("{:>10.1f} ms {:>8} calls  {}", t.first, t.second, name));
+            total += t.first;
+        }
+        std::sort(rows.rbegin(), rows.rend());
+        fmt::print(stderr, "vulkan profile: {:.1f} ms of device time\n", total);
+        for (const auto& r : rows) fmt::print(stderr, "  {}\n", r.second);
+        vkDestroyQueryPool(d, queries_, nullptr);
+    }
     for (auto& [name, p] : pipelines_) vkDestroyPipeline(d, p, nullptr);
     vkDestroyPipelineLayout(d, layout_, nullptr);
     vkDestroyFence(d, step_fence_, nullptr);
@@ -332,7 +354,6 @@ void VulkanBackend::copy_block(DevPtr dst, DevPtr src, uint64_t bytes) {
 
 void VulkanBackend::begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes,
                                   bool mapped) {
-    HR_CHECK(weights_.empty());
     file_data_ = file_data;
     file_tensor_bytes_ = tensor_bytes;
     file_mapped_ = mapped;
@@ -366,8 +387,11 @@ Weight VulkanBackend::upload_vector(const float* values, int64_t n) {
 }
 
 void VulkanBackend::end_weights() {
+    // The tensors since the last end_weights (a backend may hold several models').
+    const size_t begin = n_uploaded_;
+    n_uploaded_ = weights_.size();
     uint64_t total = 0;
-    for (const auto& e : weights_) total += align_up(e.bytes, kDeviceWeightAlign);
+    for (size_t i = begin; i < weights_.size(); ++i) total += device_weight_slot(weights_[i].bytes);
     uint64_t held = 0;
     for (Term t : kTerms) held += ledger_.snapshot()[t].reserved_bytes;
     if (held + total > budget_bytes_)
@@ -382,13 +406,12 @@ void VulkanBackend::end_weights() {
     const uint64_t max_chunk = std::min<uint64_t>(ctx_->info().max_allocation_bytes, 1ull << 30);
     Progress bar("uploading weights", total, progress_ && total > (256ull << 20));
     uint64_t done = 0;
-    for (size_t first = 0; first < weights_.size();) {
+    for (size_t first = begin; first < weights_.size();) {
         uint64_t chunk = 0;
         size_t last = first;
         while (last < weights_.size() &&
-               (last == first ||
-                chunk + align_up(weights_[last].bytes, kDeviceWeightAlign) <= max_chunk))
-            chunk += align_up(weights_[last++].bytes, kDeviceWeightAlign);
+               (last == first || chunk + device_weight_slot(weights_[last].bytes) <= max_chunk))
+            chunk += device_weight_slot(weights_[last++].bytes);
         const DevPtr base = new_allocation(Term::Weights, chunk, false, "weights");
         ledger_.allocate(Term::Weights, chunk);
         uint64_t at = 0;
@@ -396,8 +419,8 @@ void VulkanBackend::end_weights() {
             WeightEntry& e = weights_[i];
             e.at = base + at;
             copy_through_staging(e.at, e.host, e.bytes);
-            at += align_up(e.bytes, kDeviceWeightAlign);
-            done += align_up(e.bytes, kDeviceWeightAlign);
+            at += device_weight_slot(e.bytes);
+            done += device_weight_slot(e.bytes);
             bar.update(done, format_bytes(done));
         }
         first = last;
@@ -405,6 +428,7 @@ void VulkanBackend::end_weights() {
     bar.finish(format_bytes(total));
     // The file's pages are not read again: the device has them.
     if (file_mapped_) {
+        file_mapped_ = false;
         constexpr uint64_t kPage = 4096;
         const auto begin =
             (reinterpret_cast<uintptr_t>(file_data_.data()) + kPage - 1) & ~(kPage - 1);
@@ -478,6 +502,10 @@ void VulkanBackend::dispatch(std::string_view shader, const Push& push, uint32_t
     }
     vkCmdPushConstants(step_cb_, layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(Push), &push);
     vkCmdDispatch(step_cb_, gx, gy, gz);
+    if (queries_ && n_queries_ < kMaxQueries) {
+        vkCmdWriteTimestamp(step_cb_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, queries_, n_queries_++);
+        query_shader_.push_back(&pipelines_.find(shader)->first);
+    }
     record_barrier();
     ++step_counters_.n_dispatches;
 }
@@ -491,6 +519,12 @@ void VulkanBackend::begin_step(const StepView& step) {
     check(vkBeginCommandBuffer(step_cb_, &bi), "vkBeginCommandBuffer");
     recording_ = true;
     bound_ = VK_NULL_HANDLE;
+    if (queries_) {
+        vkCmdResetQueryPool(step_cb_, queries_, 0, kMaxQueries);
+        vkCmdWriteTimestamp(step_cb_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries_, 0);
+        n_queries_ = 1;
+        query_shader_.assign(1, nullptr);
+    }
     // The step view goes with the commands (vkCmdUpdateBuffer takes 64 KiB a call).
     const uint64_t bytes = uint64_t{step.n_words} * 4;
     HR_CHECK(bytes <= step_device_bytes_);
@@ -525,6 +559,18 @@ float* VulkanBackend::end_step(DevPtr logits, uint64_t n_floats) {
     check(vkResetFences(ctx_->device(), 1, &step_fence_), "vkResetFences");
     check(vkQueueSubmit(ctx_->queue(), 1, &si, step_fence_), "vkQueueSubmit");
     check(vkWaitForFences(ctx_->device(), 1, &step_fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+    if (queries_ && n_queries_ > 1) {
+        std::vector<uint64_t> ts(n_queries_);
+        check(
+            vkGetQueryPoolResults(ctx_->device(), queries_, 0, n_queries_, ts.size() * 8, ts.data(),
+                                  8, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+            "vkGetQueryPoolResults");
+        for (uint32_t i = 1; i < n_queries_; ++i) {
+            auto& p = profile_[*query_shader_[i]];
+            p.first += static_cast<double>(ts[i] - ts[i - 1]) * timestamp_ns_ * 1e-6;
+            ++p.second;
+        }
+    }
     step_counters_.n_submits = 1;
     step_counters_.n_waits = 1;
     step_counters_.download_bytes = bytes;
@@ -545,8 +591,8 @@ void VulkanBackend::get_rows(const Weight& table, const StepView& step, float sc
                static_cast<uint32_t>(table.n_cols),
                static_cast<uint32_t>(table.row_bytes),
                scale};
-    dispatch(ShaderName("get-rows-{}", shader_type(table.type)), a,
-             div_up(div_up(table.n_cols, 32), 64), step.n_tokens);
+    dispatch(ShaderName("get-rows-{}", shader_type(table.type)), a, div_up(table.n_cols, 64),
+             step.n_tokens);
 }
 
 void VulkanBackend::gather_rows(DevPtr x, int64_t n_cols, const StepView& step, DevPtr out) {
@@ -591,8 +637,8 @@ void VulkanBackend::matmul(std::span<const Weight* const> ws, DevPtr x, int64_t 
                      static_cast<uint32_t>(w.n_rows)};
         const uint32_t row_groups = div_up(w.n_rows, 16);
         HR_CHECK_MSG(row_groups <= kMaxGroups, "a matrix of more than 1,048,560 rows");
-        dispatch(ShaderName("matmul-{}-{}", shader_type(w.type), tile ? "t8" : "t1"), a, row_groups,
-                 div_up(n_tokens, tile ? 8 : 1));
+        dispatch(ShaderName("matmul-{}-{}", shader_type(w.type), tile ? "t4" : "t1"), a, row_groups,
+                 div_up(n_tokens, tile ? 4 : 1));
     }
 }
 
@@ -627,19 +673,25 @@ uint64_t VulkanBackend::rope_table(const RopeArgs& args, const Weight& factors) 
         if (t.base == args.base && t.position_scale == args.position_scale &&
             t.n_rot == args.n_rot && t.factors == factors.id)
             return address(rope_tables_) + t.offset;
-    // freq_i = scale × base^(-2i / n_rot) / factor_i in double, kept as hi + lo.
+    // freq_i = scale × base^(-2i / n_rot) / factor_i in double (rope_theta's
+    // terms), as the fraction of a turn it advances per position: 64 bits of
+    // fixed point, high word first (rope.comp).
     const uint32_t half = args.n_rot / 2;
     const uint64_t bytes = uint64_t{half} * 8;
     HR_CHECK_MSG(rope_used_ + bytes <= kContextBytes, "more RoPE configurations than tables");
-    std::vector<float> table(2 * half);
+    std::vector<uint32_t> table(2 * half);
     const float* f = factors ? weights_[factors.id - 1].values : nullptr;
+    constexpr double kTwoPi = 6.283185307179586476925286766559;
     for (uint32_t i = 0; i < half; ++i) {
         double freq = static_cast<double>(args.position_scale) *
                       std::pow(static_cast<double>(args.base), -2.0 * i / args.n_rot);
         if (f) freq /= f[i];
-        const auto hi = static_cast<float>(freq);
-        table[2 * i] = hi;
-        table[2 * i + 1] = static_cast<float>(freq - hi);
+        double turns = freq / kTwoPi;
+        turns -= std::floor(turns);
+        const double hi = std::floor(std::ldexp(turns, 32));
+        const double lo = std::floor(std::ldexp(std::ldexp(turns, 32) - hi, 32));
+        table[2 * i] = static_cast<uint32_t>(hi);
+        table[2 * i + 1] = static_cast<uint32_t>(lo);
     }
     // Written into the step's commands, before its first use.
     const Allocation& a = allocation(rope_tables_);

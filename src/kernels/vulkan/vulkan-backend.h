@@ -145,6 +145,7 @@ class VulkanBackend final : public Backend {
     bool progress_;
     std::vector<Allocation> allocations_;  // DevPtr::buffer - 1
     std::vector<WeightEntry> weights_;     // Weight::id - 1
+    size_t n_uploaded_ = 0;                // weights_[0, n) are on the device
     std::span<const uint8_t> file_data_;
     uint64_t file_tensor_bytes_ = 0;
     bool file_mapped_ = false;
@@ -167,6 +168,14 @@ class VulkanBackend final : public Backend {
     uint64_t rope_used_ = 0;
 
     StepStats step_counters_, totals_;
+
+    // HEADROOM_VULKAN_PROFILE=1: a timestamp after every dispatch, and the
+    // device time per shader printed to stderr when the backend closes.
+    VkQueryPool queries_ = VK_NULL_HANDLE;
+    uint32_t n_queries_ = 0;
+    std::vector<const std::string*> query_shader_;  // the shader each timestamp ends
+    std::map<std::string, std::pair<double, uint64_t>, std::less<>> profile_;  // ms, calls
+    double timestamp_ns_ = 1;
 };
 
 }  // namespace headroom::kernels

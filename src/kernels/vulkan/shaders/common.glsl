@@ -13,6 +13,7 @@
 // expression is written as the reference writes it and declared `precise`,
 // so no compiler contracts it into a fused multiply-add.
 #extension GL_EXT_buffer_reference : require
+#extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_buffer_reference2 : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 #extension GL_EXT_shader_8bit_storage : require

@@ -2,15 +2,16 @@
 // Rotary position embedding, in place on x (n_tokens, n_head, head_dim):
 // pair i of the first n_rot dims, (2i, 2i+1) (normal) or (i, i + n_rot/2)
 // (NeoX), is rotated by theta_i = pos × freq_i, where freq_i = scale ×
-// base^(-2i / n_rot) / factor_i comes from a table the host computed in
-// double and stored as two floats (hi + lo).
+// base^(-2i / n_rot) / factor_i.
 //
-// The angle is formed as the CPU reference forms it, in double: the
-// product pos × hi is split exactly with fma (p + e), reduced by a
-// three-float pi/2, and sin and cos of the remainder (|r| <= pi/4) come from
-// minimax polynomials accurate to about 1 ulp. GLSL's sin and cos are only
-// required to be within 2^-11, and an f32 angle at position 8192 is already
-// 5e-4 off: neither would do for long contexts.
+// The angle is reduced exactly, in turns: the host stores, per pair, the
+// fraction of freq_i / 2π as a 64-bit fixed-point number (from double), so
+// pos × that fraction, wrapping mod 2^64, is the angle mod 2π with 64 bits
+// of fraction, whatever the position. Its nearest quarter turn gives the
+// quadrant and the rest (|r| <= π/4) one rounding to f32; sin and cos of r
+// come from minimax polynomials accurate to about 1 ulp. (GLSL's sin and cos
+// need only be within 2^-11, and an f32 angle at position 8192 is already
+// 5e-4 off: neither would do for long contexts.)
 //
 // Work split: one invocation per (pair, head, token): x = pair, y = head,
 // z = token.
@@ -21,7 +22,7 @@ layout(local_size_x = 64) in;
 layout(push_constant) uniform Args {
     uint64_t x;
     uint64_t positions;  // (n_tokens) u32
-    uint64_t freqs;      // (n_rot / 2) × {hi, lo}
+    uint64_t freqs;      // (n_rot / 2) × {fraction bits 63..32, 31..0}
     uint n_tokens;
     uint n_head;
     uint head_dim;
@@ -29,26 +30,17 @@ layout(push_constant) uniform Args {
     uint neox;
 } a;
 
-const float kTwoOverPi = 0.63661977236758134;
-const float kPio2a = 1.5707963705062866;
-const float kPio2b = -4.371138828673793e-08;
-const float kPio2c = -1.7151245100058819e-15;
-
 void main() {
     const uint i = gl_GlobalInvocationID.x, h = gl_WorkGroupID.y, t = gl_WorkGroupID.z;
     const uint half_rot = a.n_rot / 2u;
     if (i >= half_rot) return;
-    const float pos = float(Words(a.positions).v[t]);  // exact below 2^24
-    Floats f = Floats(a.freqs);
-    const float hi = f.v[2u * i], lo = f.v[2u * i + 1u];
-    precise float p = pos * hi;
-    precise float e = fma(pos, hi, -p);  // the product's rounding error, exactly
-    precise float tail = fma(pos, lo, e);
-    const float k = floor(p * kTwoOverPi + 0.5);
-    precise float r = fma(-k, kPio2a, p);
-    r = fma(-k, kPio2b, r);
-    r = fma(-k, kPio2c, r);
-    r = r + tail;
+    const uint pos = Words(a.positions).v[t];
+    Words f = Words(a.freqs);
+    const uint64_t turn = (uint64_t(f.v[2u * i]) << 32) | uint64_t(f.v[2u * i + 1u]);
+    const uint64_t phase = uint64_t(pos) * turn;  // the angle in 2^-64 turns, mod one turn
+    const uint q = uint((phase + (1ul << 61)) >> 62);  // nearest quarter turn
+    const int64_t rest = int64_t(phase - (uint64_t(q) << 62));  // in [-2^61, 2^61)
+    const float r = float(rest) * 3.4061215800865545e-19;  // (π/2) / 2^62
     // sin r = r + r z P(z), cos r = 1 - z / 2 + z^2 Q(z), z = r^2 (Cephes' sinf / cosf).
     const float z = r * r;
     const float sp = fma(fma(-1.9515295891e-4, z, 8.3321608736e-3), z, -1.6666654611e-1);
@@ -56,7 +48,6 @@ void main() {
                          4.166664568298827e-2);
     const float sin_r = fma(r * z, sp, r);
     const float cos_r = fma(z * z, cq, fma(-0.5, z, 1.0));
-    const uint q = uint(k) & 3u;
     const float s = q == 0u ? sin_r : q == 1u ? cos_r : q == 2u ? -sin_r : -cos_r;
     const float c = q == 0u ? cos_r : q == 1u ? -sin_r : q == 2u ? -cos_r : sin_r;
 

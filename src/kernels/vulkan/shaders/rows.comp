@@ -2,7 +2,7 @@
 // Rows of a matrix, by index (-D<OP>):
 //   GET_ROWS     out (n_tokens, n_cols) [t] = table[tokens[t]] × scale, the
 //                table in the type the shader is compiled for (-DW_<TYPE>):
-//                the embedding lookup. One invocation per 32-element chunk.
+//                the embedding lookup. One invocation per element.
 //   GATHER_ROWS  out (n_rows, n_cols) [r] = x[rows[r]], f32: the rows that
 //                need logits. One invocation per element.
 // x = chunk (or element), y = token (or row).
@@ -26,16 +26,12 @@ void main() {
     const uint r = gl_WorkGroupID.y;
     const uint src_row = Words(a.index).v[r];
 #if defined(GET_ROWS)
-    const uint j = gl_GlobalInvocationID.x;
-    if (32u * j >= a.n_cols) return;
-    float w[32];
-    dequant_chunk(a.src + uint64_t(src_row) * a.row_bytes, j, a.n_cols, w);
-    Floats o = Floats(a.out_ + 4ul * (uint64_t(r) * a.n_cols + 32u * j));
-    const uint n = min(32u, a.n_cols - 32u * j);
-    for (uint e = 0u; e < n; ++e) {
-        precise float v = a.scale != 1.0 ? w[e] * a.scale : w[e];
-        o.v[e] = v;
-    }
+    const uint c = gl_GlobalInvocationID.x;
+    if (c >= a.n_cols) return;
+    const float w = dequant(row_at(a.src + uint64_t(src_row) * a.row_bytes), c / 32u, c % 32u,
+                            a.n_cols);
+    precise float v = a.scale != 1.0 ? w * a.scale : w;
+    Floats(a.out_ + 4ul * uint64_t(r) * a.n_cols).v[c] = v;
 #elif defined(GATHER_ROWS)
     const uint c = gl_GlobalInvocationID.x;
     if (c >= a.n_cols) return;

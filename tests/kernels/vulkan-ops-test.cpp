@@ -1,0 +1,576 @@
+// Every Vulkan shader against the scalar reference on random inputs: odd
+// sizes and tails, several sequences with ragged lengths and block tables,
+// sliding windows, every weight and KV type. Where the shader computes what
+// the reference computes, operation for operation (dequantized weights,
+// embeddings, KV stores, copies, adds), the results must be equal bit for
+// bit; where the order of a sum or a transcendental function differs, each
+// test states its bound and where it comes from (u = 2^-24, the unit
+// roundoff of f32). Reported skipped where this machine has no Vulkan device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "engine/batch.h"
+#include "kernels/cpu/cpu-backend.h"
+#include "kernels/cpu/ref/quant.h"
+#include "kernels/kernels.h"
+#include "kernels/vulkan/vulkan-backend.h"
+#include "memory/kv-cache.h"
+#include "memory/terms.h"
+
+namespace headroom::kernels {
+namespace {
+
+constexpr double kU = 1.0 / (1 << 24);  // f32 unit roundoff
+
+// One backend for the whole binary (shaders compile once).
+struct Gpu {
+    Ledger host;
+    std::unique_ptr<VulkanBackend> be;
+    std::string why;  // no device
+    DevPtr step_view;
+    Gpu() {
+        if (vk::list_devices(&why).empty()) return;
+        VulkanOptions o;
+        o.progress = false;
+        o.device_memory_bytes = 1ull << 30;
+        o.mem_fraction = 1.0;
+        be = std::make_unique<VulkanBackend>(host, o);
+        step_view = be->allocate(Term::Runtime, 1 << 20, "test step view");
+        Workspace ws;
+        ws.step_view = step_view;
+        ws.step_view_bytes = 1 << 20;
+        ws.logits_host_bytes = 1 << 16;
+        be->set_workspace(ws);
+    }
+};
+
+Gpu& gpu() {
+    static Gpu g;
+    return g;
+}
+
+#define HR_REQUIRE_VULKAN()                                                    \
+    do {                                                                       \
+        if (!gpu().be) GTEST_SKIP() << "no Vulkan device here: " << gpu().why; \
+    } while (0)
+
+// A device buffer holding v (freed with the test).
+struct Buf {
+    DevPtr p;
+    size_t n;
+    explicit Buf(const std::vector<float>& v) : n(v.size()) {
+        p = gpu().be->allocate(Term::Activations, n * 4, "test buffer");
+        gpu().be->upload(p, v.data(), n * 4);
+    }
+    explicit Buf(size_t n_floats) : n(n_floats) {
+        p = gpu().be->allocate(Term::Activations, n * 4, "test buffer");
+    }
+    ~Buf() { gpu().be->release(p); }
+    std::vector<float> get() const {
+        std::vector<float> v(n);
+        gpu().be->download(v.data(), p, n * 4);
+        return v;
+    }
+};
+
+// Runs `ops` as one step of the backend over `view`.
+template <class Fn>
+void step(const StepView& view, Fn&& ops) {
+    gpu().be->begin_step(view);
+    ops(*gpu().be);
+    gpu().be->end_step({}, 0);
+}
+
+// A view holding only token ids (or row indices) and positions.
+struct Ids {
+    std::vector<uint32_t> words;
+    StepView view;
+    Ids(const std::vector<uint32_t>& ids, const std::vector<uint32_t>& positions = {}) {
+        words = ids;
+        words.insert(words.end(), positions.begin(), positions.end());
+        view.n_tokens = static_cast<uint32_t>(ids.size());
+        view.n_logit_rows = static_cast<uint32_t>(ids.size());
+        view.at.tokens = 0;
+        view.at.logit_rows = 0;
+        view.at.positions = static_cast<uint32_t>(ids.size());
+        view.words = words.data();
+        view.n_words = static_cast<uint32_t>(words.size());
+    }
+};
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float sd = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, sd);
+    std::vector<float> v(n);
+    for (auto& x : v) x = normal(rng);
+    return v;
+}
+
+bool same_bits(float a, float b) {
+    return std::memcmp(&a, &b, 4) == 0;
+}
+
+// A weight matrix of `type` from random rows through the reference
+// quantizer, uploaded; `f32` holds its rows dequantized by the reference.
+struct Mat {
+    std::vector<uint8_t> bytes;
+    std::vector<float> f32;
+    Weight w;
+    Mat(TensorType type, int64_t n_rows, int64_t n_cols, uint32_t seed) {
+        const uint64_t rb = row_bytes(type, static_cast<uint64_t>(n_cols));
+        bytes.resize(rb * n_rows);
+        f32.resize(static_cast<size_t>(n_rows * n_cols));
+        const auto v = random_vec(static_cast<size_t>(n_rows * n_cols), seed, 0.05f);
+        for (int64_t r = 0; r < n_rows; ++r) {
+            ref::quantize_row(type, v.data() + r * n_cols, bytes.data() + r * rb, n_cols);
+            ref::dequantize_row(type, bytes.data() + r * rb, f32.data() + r * n_cols, n_cols);
+        }
+        VulkanBackend& be = *gpu().be;
+        be.begin_weights({}, 0, false);
+        w = be.upload_matrix({bytes.data(), type, n_rows, n_cols, rb}, WeightUse::MatmulAndRows);
+        be.end_weights();
+    }
+};
+
+Weight upload_vector(const std::vector<float>& v) {
+    VulkanBackend& be = *gpu().be;
+    be.begin_weights({}, 0, false);
+    const Weight w = be.upload_vector(v.data(), static_cast<int64_t>(v.size()));
+    be.end_weights();
+    return w;
+}
+
+// ---- matmul and the embedding ---------------------------------------------------
+
+class VulkanMatmul : public ::testing::TestWithParam<TensorType> {};
+
+// The shader's weights are the reference's bit for bit; its sum of K
+// products (fma chains of K / 512 chunks of 32, then a 16-way tree) differs
+// from the exact sum by at most (K + 4) u Σ|w x| (each of at most K + 4
+// roundings is within u of a partial sum bounded by Σ|w x|), so against the
+// exact (double) dot product of the same weights: |y - ref| <= (K + 4) u Σ|w x|.
+TEST_P(VulkanMatmul, MatchesTheExactDotOfTheReferenceWeightsWithinTheRoundingBound) {
+    HR_REQUIRE_VULKAN();
+    const TensorType type = GetParam();
+    const bool kquant = traits(type).block_size == 256;
+    const bool flt = type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16;
+    const int64_t n_rows = 37, n_cols = flt ? 100 : kquant ? 512 : 96;
+    const Mat m(type, n_rows, n_cols, 11);
+    for (const int64_t n_tokens : {1, 3, 9}) {
+        SCOPED_TRACE(testing::Message() << n_tokens << " tokens");
+        const auto x = random_vec(static_cast<size_t>(n_tokens * n_cols), 5);
+        Buf xb(x), yb(static_cast<size_t>(n_tokens * n_rows));
+        const Weight* ws[] = {&m.w};
+        const DevPtr ys[] = {yb.p};
+        step({}, [&](Backend& be) { be.matmul(ws, xb.p, n_tokens, ys); });
+        const auto y = yb.get();
+        for (int64_t t = 0; t < n_tokens; ++t)
+            for (int64_t r = 0; r < n_rows; ++r) {
+                double exact = 0, mag = 0;
+                for (int64_t k = 0; k < n_cols; ++k) {
+                    const double p = double(m.f32[r * n_cols + k]) * x[t * n_cols + k];
+                    exact += p;
+                    mag += std::fabs(p);
+                }
+                ASSERT_NEAR(y[t * n_rows + r], exact, (n_cols + 4) * kU * mag + 1e-30)
+                    << "token " << t << " row " << r;
+            }
+    }
+}
+
+TEST_P(VulkanMatmul, ABatchGivesEachTokenWhatItGetsAlone) {
+    HR_REQUIRE_VULKAN();
+    const TensorType type = GetParam();
+    const int64_t n_rows = 53, n_cols = traits(type).block_size == 256 ? 256 : 160;
+    const Mat m(type, n_rows, n_cols, 3);
+    const int64_t n_tokens = 11;  // tiles of 4 and a tail
+    const auto x = random_vec(static_cast<size_t>(n_tokens * n_cols), 8);
+    Buf xb(x), yb(static_cast<size_t>(n_tokens * n_rows));
+    const Weight* ws[] = {&m.w};
+    const DevPtr ys[] = {yb.p};
+    step({}, [&](Backend& be) { be.matmul(ws, xb.p, n_tokens, ys); });
+    const auto all = yb.get();
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        Buf x1(std::vector<float>(x.begin() + t * n_cols, x.begin() + (t + 1) * n_cols));
+        Buf y1(static_cast<size_t>(n_rows));
+        const DevPtr y1s[] = {y1.p};
+        step({}, [&](Backend& be) { be.matmul(ws, x1.p, 1, y1s); });
+        const auto one = y1.get();
+        for (int64_t r = 0; r < n_rows; ++r)
+            ASSERT_TRUE(same_bits(one[r], all[t * n_rows + r])) << "token " << t << " row " << r;
+    }
+}
+
+// get_rows dequantizes as the reference does and multiplies once: equal bits.
+TEST_P(VulkanMatmul, GetRowsIsTheReferenceRowTimesTheScale) {
+    HR_REQUIRE_VULKAN();
+    const TensorType type = GetParam();
+    const int64_t n_rows = 20, n_cols = traits(type).block_size == 256 ? 256 : 96;
+    const Mat m(type, n_rows, n_cols, 4);
+    const std::vector<uint32_t> ids = {3, 0, 19, 3, 7};
+    const Ids view(ids);
+    for (const float scale : {1.0f, 25.3f}) {
+        Buf out(ids.size() * n_cols);
+        step(view.view, [&](Backend& be) { be.get_rows(m.w, view.view, scale, out.p); });
+        const auto got = out.get();
+        for (size_t t = 0; t < ids.size(); ++t)
+            for (int64_t c = 0; c < n_cols; ++c) {
+                float want = m.f32[ids[t] * n_cols + c];
+                if (scale != 1.0f) want *= scale;
+                ASSERT_TRUE(same_bits(got[t * n_cols + c], want)) << "row " << t << " col " << c;
+            }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, VulkanMatmul,
+                         ::testing::Values(TensorType::F32, TensorType::F16, TensorType::BF16,
+                                           TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
+                                           TensorType::Q5_0, TensorType::Q5_1, TensorType::Q4_K,
+                                           TensorType::Q5_K, TensorType::Q6_K),
+                         [](const auto& info) { return std::string(name(info.param)); });
+
+// ---- elementwise ------------------------------------------------------------------
+
+// RMSNorm: the sum of squares in f32 (128 chains of n / 128, a 7-level tree:
+// relative error <= (n / 128 + 7) u against the reference's double sum), a
+// square root and a division within 2 and 2.5 ulp (Vulkan's limits), and two
+// products rounded as the reference rounds them: within (n / 256 + 16) u
+// relative of the reference.
+TEST(VulkanOps, RmsNormMatchesTheReference) {
+    HR_REQUIRE_VULKAN();
+    for (const int64_t n : {64, 576, 1000}) {
+        const int64_t n_rows = 7;
+        const auto x = random_vec(static_cast<size_t>(n_rows * n), 1);
+        const auto w = random_vec(static_cast<size_t>(n), 2);
+        const Weight wv = upload_vector(w);
+        for (const float offset : {0.0f, 1.0f}) {
+            Buf xb(x), out(x.size());
+            step({}, [&](Backend& be) { be.rmsnorm(xb.p, wv, offset, 1e-6f, n_rows, n, out.p); });
+            const auto got = out.get();
+            std::vector<float> want(x.size());
+            rmsnorm(x.data(), w.data(), offset, 1e-6f, n_rows, n, want.data());
+            for (size_t i = 0; i < x.size(); ++i)
+                ASSERT_NEAR(got[i], want[i], (n / 256.0 + 16) * kU * std::fabs(want[i]) + 1e-30)
+                    << "n " << n << " element " << i;
+        }
+    }
+}
+
+// add and add_bias are one rounded add, as on the CPU: equal bits. SiLU and
+// GELU take e^x (within 3 + 2|x| ulp in Vulkan) and a division (2.5 ulp):
+// within (8 + 2|2g|) u of |g × up| (GELU: of 0.5 |g| (1 + |tanh|) |up|).
+TEST(VulkanOps, ElementwiseOpsMatchTheReference) {
+    HR_REQUIRE_VULKAN();
+    const size_t n = 70001;  // past one workgroup row, with a tail
+    const auto g = random_vec(n, 3, 3.0f), up = random_vec(n, 4);
+    {
+        Buf xb(g), yb(up);
+        step({}, [&](Backend& be) { be.add(xb.p, yb.p, static_cast<int64_t>(n)); });
+        const auto got = xb.get();
+        for (size_t i = 0; i < n; ++i) ASSERT_TRUE(same_bits(got[i], g[i] + up[i])) << i;
+    }
+    {
+        const int64_t cols = 97, rows = static_cast<int64_t>(n) / cols;
+        const std::vector<float> bias(up.begin(), up.begin() + cols);
+        const Weight b = upload_vector(bias);
+        Buf xb(g);
+        step({}, [&](Backend& be) { be.add_bias(xb.p, b, rows); });
+        const auto got = xb.get();
+        for (int64_t i = 0; i < rows * cols; ++i)
+            ASSERT_TRUE(same_bits(got[i], g[i] + bias[i % cols])) << i;
+    }
+    for (const bool gelu : {false, true}) {
+        SCOPED_TRACE(gelu ? "gelu" : "silu");
+        Buf gb(g), ub(up);
+        step({}, [&](Backend& be) {
+            gelu ? be.gelu_mul(gb.p, ub.p, static_cast<int64_t>(n))
+                 : be.silu_mul(gb.p, ub.p, static_cast<int64_t>(n));
+        });
+        const auto got = gb.get();
+        std::vector<float> want = g;
+        gelu ? kernels::gelu_mul(want.data(), up.data(), static_cast<int64_t>(n))
+             : kernels::silu_mul(want.data(), up.data(), static_cast<int64_t>(n));
+        for (size_t i = 0; i < n; ++i) {
+            const double mag = std::fabs(double(g[i]) * up[i]);
+            ASSERT_NEAR(got[i], want[i], (8 + 4 * std::fabs(g[i])) * kU * mag + 1e-30) << i;
+        }
+    }
+}
+
+// RoPE: the angle is pos × freq formed exactly (fma) from a table the host
+// computed in double, reduced by a three-float pi/2, and sin and cos come
+// from polynomials within 2 ulp: each of c and s is within 4u of the
+// reference's correctly rounded values, so each rotated element is within
+// 8u (|x0| + |x1|) of the reference's.
+TEST(VulkanOps, RopeMatchesTheReferenceAtLongPositions) {
+    HR_REQUIRE_VULKAN();
+    const uint32_t n_head = 3, head_dim = 64;
+    const std::vector<uint32_t> positions = {0, 1, 17, 511, 4096, 8191, 32768, 131071};
+    const auto freq = random_vec(16, 9);
+    std::vector<float> factors(16);
+    for (size_t i = 0; i < 16; ++i) factors[i] = 1.0f + std::fabs(freq[i]);
+    const Weight fw = upload_vector(factors);
+    for (const RopeMode mode : {RopeMode::Normal, RopeMode::NeoX})
+        for (const uint32_t n_rot : {64u, 32u})
+            for (const bool with_factors : {false, true}) {
+                if (with_factors && n_rot != 32) continue;  // factors are n_rot / 2 long
+                SCOPED_TRACE(testing::Message()
+                             << (mode == RopeMode::NeoX ? "neox" : "normal") << " n_rot " << n_rot
+                             << " factors " << with_factors);
+                RopeArgs args{n_head, head_dim, n_rot, 500000.0f, 0.25f, nullptr, mode};
+                const auto x = random_vec(positions.size() * n_head * head_dim, 10);
+                const Ids view(positions, positions);
+                Buf xb(x);
+                step(view.view, [&](Backend& be) {
+                    be.rope(xb.p, view.view, args, with_factors ? fw : Weight{});
+                });
+                const auto got = xb.get();
+                std::vector<float> want = x;
+                RopeArgs ref_args = args;
+                ref_args.freq_factors = with_factors ? factors.data() : nullptr;
+                kernels::rope(want.data(), static_cast<int64_t>(positions.size()), positions.data(),
+                              ref_args);
+                for (size_t t = 0; t < positions.size(); ++t)
+                    for (uint32_t h = 0; h < n_head; ++h)
+                        for (uint32_t i = 0; i < head_dim; ++i) {
+                            const size_t at = (t * n_head + h) * head_dim;
+                            const uint32_t half = n_rot / 2;
+                            const uint32_t pair =
+                                i < n_rot
+                                    ? (mode == RopeMode::NeoX ? (i < half ? i + half : i - half)
+                                                              : i ^ 1u)
+                                    : i;
+                            const double mag = std::fabs(x[at + i]) + std::fabs(x[at + pair]);
+                            ASSERT_NEAR(got[at + i], want[at + i], 8 * kU * mag + 1e-30)
+                                << "position " << positions[t] << " head " << h << " dim " << i;
+                        }
+            }
+}
+
+TEST(VulkanOps, GatherRowsAndCopyBlockAreExact) {
+    HR_REQUIRE_VULKAN();
+    const int64_t n_cols = 577;
+    const auto x = random_vec(9 * n_cols, 12);
+    const std::vector<uint32_t> rows = {8, 0, 4};
+    const Ids view(rows);
+    Buf xb(x), out(rows.size() * n_cols);
+    step(view.view, [&](Backend& be) { be.gather_rows(xb.p, n_cols, view.view, out.p); });
+    const auto got = out.get();
+    for (size_t r = 0; r < rows.size(); ++r)
+        for (int64_t c = 0; c < n_cols; ++c)
+            ASSERT_TRUE(same_bits(got[r * n_cols + c], x[rows[r] * n_cols + c]));
+    Buf dst(x.size());
+    gpu().be->copy_block(dst.p + 4 * 100, xb.p + 4 * 200, 4 * 1000);
+    const auto copied = dst.get();
+    for (size_t i = 0; i < 1000; ++i) ASSERT_TRUE(same_bits(copied[100 + i], x[200 + i]));
+    EXPECT_EQ(copied[99], 0.0f);
+    EXPECT_EQ(copied[1100], 0.0f);
+}
+
+// ---- KV cache and attention -------------------------------------------------------
+
+struct Shape {
+    uint32_t n_head, n_head_kv, head_dim, block_size, window;
+};
+
+ModelDesc model_of(const Shape& s) {
+    ModelDesc m;
+    m.hp.arch = "llama";
+    m.hp.n_vocab = 100;
+    m.hp.n_ctx_train = 1024;
+    m.hp.n_embd = s.n_head * s.head_dim;
+    m.hp.n_layer = 2;
+    m.hp.n_ff = 64;
+    m.hp.n_head = s.n_head;
+    m.hp.n_head_kv = s.n_head_kv;
+    m.hp.head_dim_k = m.hp.head_dim_v = s.head_dim;
+    m.hp.layer_is_swa = {s.window != 0, false};
+    m.hp.sliding_window = s.window;
+    return m;
+}
+
+// Sequences of `lens` tokens whose last `n_new` are this step's, in a cache on
+// the GPU and one on the CPU with the same plan (so the same block ids); K and
+// V of every position written by the GPU's store_kv, one step per sequence
+// chunk, then the whole step's queries.
+struct KvFixture {
+    Ledger cpu_ledger;
+    CpuBackend cpu{cpu_ledger, 1};
+    MemoryPlan plan;
+    std::unique_ptr<KvCache> gpu_cache, cpu_cache;
+    std::vector<SeqKv> seqs, cpu_seqs;
+    Batch batch;
+    std::vector<uint32_t> words = std::vector<uint32_t>(1 << 16);
+    StepView view;
+
+    KvFixture(const Shape& s, KvDtype dtype, const std::vector<uint32_t>& lens,
+              const std::vector<uint32_t>& n_new) {
+        const ModelDesc m = model_of(s);
+        EngineConfig c;
+        c.max_model_len = 512;
+        c.max_num_seqs = static_cast<uint32_t>(lens.size());
+        c.block_size = s.block_size;
+        c.max_num_batched_tokens = 512;
+        c.kv_dtype = dtype;
+        c.swa_full = true;
+        BudgetSpec b;
+        b.kv_cache_bytes = 8ull << 20;
+        plan = plan_memory(m, c, b);
+        gpu_cache = std::make_unique<KvCache>(plan, m.hp, false, *gpu().be);
+        cpu_cache = std::make_unique<KvCache>(plan, m.hp, false, cpu);
+        seqs.resize(lens.size());
+        cpu_seqs.resize(lens.size());
+        for (size_t i = 0; i < lens.size(); ++i) {
+            EXPECT_TRUE(gpu_cache->grow(seqs[i], lens[i]));
+            EXPECT_TRUE(cpu_cache->grow(cpu_seqs[i], lens[i]));
+            EXPECT_EQ(seqs[i].tables, cpu_seqs[i].tables);
+        }
+        for (size_t i = 0; i < lens.size(); ++i) {
+            const uint32_t si = batch.add_seq(&seqs[i]);
+            for (uint32_t p = lens[i] - n_new[i]; p < lens[i]; ++p)
+                batch.add_token(0, p, si, false);
+        }
+        view = make_step_view(batch, *gpu_cache, words);
+    }
+
+    // Every position of every sequence, as one batch: its view.
+    StepView all_positions(Batch& all, std::vector<uint32_t>& w) const {
+        for (size_t i = 0; i < seqs.size(); ++i) {
+            const uint32_t si = all.add_seq(&seqs[i]);
+            for (uint32_t p = 0; p < seqs[i].n_tokens; ++p) all.add_token(0, p, si, false);
+        }
+        return make_step_view(all, *gpu_cache, w);
+    }
+
+    // The GPU's KV region, copied into the CPU cache's.
+    void copy_to_cpu() {
+        const KvLayout& l = gpu_cache->layout();
+        gpu().be->download(cpu.host(cpu_cache->layout().base), l.base, plan.kv_cache_bytes);
+    }
+};
+
+class VulkanKv : public ::testing::TestWithParam<std::tuple<KvDtype, int>> {};
+
+const Shape kShapes[] = {
+    {8, 2, 64, 16, 0},   // GQA 4:1
+    {4, 4, 32, 4, 0},    // MHA, small blocks: tiles of 64 keys cross blocks
+    {6, 1, 64, 32, 37},  // MQA, a sliding window shorter than the context
+    {4, 1, 256, 8, 29},  // heads as wide as Gemma 3's, a window
+    {2, 2, 96, 16, 0},   // a head width that is not a power of two
+};
+
+// store_kv writes what the CPU's store_row writes: f32, f16 and bf16 round
+// as core/half.h does, Q8_0 as quant_q8_0 (its division corrected to the
+// correctly rounded quotient): equal bytes. Then attention over those keys
+// against the reference: scores are dot products in another order (within
+// head_dim u Σ|q k|), the softmax takes e^x per tile of 64 keys instead of
+// per key (Vulkan's exp: within 3 + 2|x| ulp, |x| <= 30 here), and the
+// output is a weighted mean of v: within (4 head_dim + 2 n_keys + 64) u
+// max|v| of the reference.
+TEST_P(VulkanKv, StoreKvWritesTheReferenceBytesAndAttentionMatchesTheReference) {
+    HR_REQUIRE_VULKAN();
+    const auto [dtype, shape_index] = GetParam();
+    const Shape& s = kShapes[shape_index];
+    // A prefill chunk continuing a prefix, a decode step deep in its context,
+    // a prefill from position 0.
+    KvFixture f(s, dtype, {70, 131, 19}, {23, 1, 19});
+    Batch all;
+    std::vector<uint32_t> all_words(1 << 16);
+    const StepView all_view = f.all_positions(all, all_words);
+    const uint32_t T = all_view.n_tokens;
+    const auto k = random_vec(T * s.n_head_kv * s.head_dim, 21);
+    const auto v = random_vec(T * s.n_head_kv * s.head_dim, 22);
+    Buf kb(k), vb(v);
+    for (uint32_t layer = 0; layer < 2; ++layer)
+        step(all_view,
+             [&](Backend& be) { be.store_kv(f.gpu_cache->layout(), layer, all_view, kb.p, vb.p); });
+    f.copy_to_cpu();
+    // The CPU's store_row into the CPU cache for the same slots.
+    std::vector<uint8_t> want(f.plan.kv_cache_bytes);
+    {
+        const KvLayout& l = f.cpu_cache->layout();
+        for (uint32_t layer = 0; layer < 2; ++layer)
+            for (uint32_t t = 0; t < T; ++t) {
+                const int32_t slot = all_view.slot(l.group_of_layer[layer], t);
+                const int32_t block = slot / static_cast<int32_t>(s.block_size);
+                const uint32_t r = static_cast<uint32_t>(slot) % s.block_size;
+                for (uint32_t h = 0; h < s.n_head_kv; ++h) {
+                    store_row(k.data() + (t * s.n_head_kv + h) * s.head_dim, s.head_dim, dtype,
+                              want.data() + l.k_offset(layer, block, h) + r * l.k_row_bytes);
+                    store_row(v.data() + (t * s.n_head_kv + h) * s.head_dim, s.head_dim, dtype,
+                              want.data() + l.v_offset(layer, block, h) + r * l.v_row_bytes);
+                }
+            }
+    }
+    const uint8_t* got_kv = f.cpu.host(f.cpu_cache->layout().base);
+    ASSERT_EQ(std::memcmp(got_kv, want.data(), want.size()), 0)
+        << "store_kv's bytes differ from store_row's";
+
+    const uint32_t n_q = f.view.n_tokens;
+    const auto q = random_vec(n_q * s.n_head * s.head_dim, 23, 2.0f);
+    for (uint32_t layer = 0; layer < 2; ++layer) {
+        SCOPED_TRACE(testing::Message() << "layer " << layer);
+        const uint32_t window = layer == 0 ? s.window : 0;
+        Buf qb(q), out(n_q * s.n_head * s.head_dim);
+        AttentionOp op;
+        op.q = qb.p;
+        op.out = out.p;
+        op.layer = layer;
+        op.n_head = s.n_head;
+        op.n_head_kv = s.n_head_kv;
+        op.head_dim_k = op.head_dim_v = s.head_dim;
+        op.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+        op.window = window;
+        step(f.view, [&](Backend& be) { be.attention(f.gpu_cache->layout(), f.view, op); });
+        const auto got = out.get();
+        std::vector<float> ref(got.size());
+        AttentionArgs a;
+        a.q = q.data();
+        a.out = ref.data();
+        a.n_tokens = n_q;
+        a.positions = f.view.positions();
+        a.seq_of_token = f.view.seq_of_token();
+        a.step = &f.view;
+        a.kv = &f.cpu_cache->layout();
+        a.kv_base = got_kv;
+        a.layer = layer;
+        a.n_head = s.n_head;
+        a.n_head_kv = s.n_head_kv;
+        a.head_dim_k = a.head_dim_v = s.head_dim;
+        a.scale = op.scale;
+        a.window = window;
+        Context ctx;
+        ctx.pool = &f.cpu.pool();
+        std::vector<uint8_t> scratch(thread_scratch_bytes(256, 256, 8));
+        ctx.scratch = scratch.data();
+        ctx.scratch_per_thread_bytes = scratch.size();
+        ref_ops().attention(a, ctx);
+        float vmax = 0;
+        for (float x : v) vmax = std::max(vmax, std::fabs(x));
+        for (uint32_t t = 0; t < n_q; ++t) {
+            const uint32_t pos = f.view.positions()[t];
+            const uint32_t n_keys = pos + 1 - first_visible(pos, window);
+            const double tol = (4.0 * s.head_dim + 2.0 * n_keys + 64) * kU * vmax;
+            for (uint32_t i = 0; i < s.n_head * s.head_dim; ++i)
+                ASSERT_NEAR(got[t * s.n_head * s.head_dim + i], ref[t * s.n_head * s.head_dim + i],
+                            tol)
+                    << "token " << t << " (position " << pos << ") element " << i;
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kv, VulkanKv,
+                         ::testing::Combine(::testing::Values(KvDtype::F16, KvDtype::Q8_0,
+                                                              KvDtype::BF16, KvDtype::F32),
+                                            ::testing::Range(0, 5)),
+                         [](const auto& info) {
+                             return std::string(name(std::get<0>(info.param))) + "_shape" +
+                                    std::to_string(std::get<1>(info.param));
+                         });
+
+}  // namespace
+}  // namespace headroom::kernels

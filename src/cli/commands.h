@@ -19,5 +19,6 @@ void add_bench_command(CLI::App& app);
 void add_bench_serve_subcommand(CLI::App& bench);
 void add_serve_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
+void add_devices_command(CLI::App& app);
 
 }  // namespace headroom::cli

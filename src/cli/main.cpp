@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
     headroom::cli::add_doctor_command(app);
     headroom::cli::add_serve_command(app);
     headroom::cli::add_plan_command(app);
+    headroom::cli::add_devices_command(app);
     headroom::cli::add_inspect_command(app);
     headroom::cli::add_quantize_command(app);
     headroom::cli::add_synth_command(app);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/load-model.h"
 #include "cli/plan-model.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -14,6 +15,9 @@
 #include "memory/report.h"
 #include "model/model-table.h"
 #include "model/registry.h"
+#if HEADROOM_VULKAN
+#include "kernels/vulkan/vk-context.h"
+#endif
 
 namespace headroom::cli {
 
@@ -49,8 +53,50 @@ PlanModel resolve_model(const PlanOptions& o) {
     return resolve_plan_model(o.model, o.hf_config, o.weight_type);
 }
 
+// --device vulkan[:N]: the device's heap (its budget where the driver
+// reports one), or --device-memory in its place; planned as headroom's
+// Vulkan backend allocates.
+Device vulkan_device(const PlanOptions& o) {
+    const DeviceChoice choice = parse_device(o.device);
+    Device d;
+    d.gpu = true;
+    d.vulkan_index = choice.index;
+#if HEADROOM_VULKAN
+    std::string why;
+    const auto devices = kernels::vk::list_devices(&why);
+    if (choice.index < devices.size()) {
+        const auto& info = devices[choice.index];
+        const auto& heap = info.main_heap();
+        d.name = info.name;
+        d.total_bytes = heap.budget_bytes ? *heap.budget_bytes : heap.size_bytes;
+        d.source =
+            fmt::format("vulkan:{} {} ({} {})", choice.index, info.name,
+                        heap.budget_bytes ? "heap budget" : "heap", format_bytes(d.total_bytes));
+    } else if (o.device_memory.empty()) {
+        fail("--device {}: {}", o.device,
+             devices.empty()
+                 ? why
+                 : fmt::format("there are {} Vulkan devices (headroom devices)", devices.size()));
+    }
+#else
+    if (o.device_memory.empty())
+        fail(
+            "--device {}: this headroom was built without the Vulkan backend; give "
+            "--device-memory BYTES to plan for it anyway",
+            o.device);
+#endif
+    if (!o.device_memory.empty()) {
+        d.total_bytes = parse_bytes_or_throw(o.device_memory, "--device-memory");
+        if (d.total_bytes == 0) fail("--device-memory must be more than 0");
+        if (d.name.empty()) d.name = fmt::format("Vulkan device {}", choice.index);
+        d.source = fmt::format("vulkan:{} with --device-memory {}", choice.index, o.device_memory);
+    }
+    return d;
+}
+
 Device resolve_device(const PlanOptions& o) {
     const bool cpu = o.device == "cpu" || o.device == "host";
+    if (o.device == "vulkan" || o.device.starts_with("vulkan:")) return vulkan_device(o);
     if (!o.device_memory.empty()) {
         Device d;
         d.total_bytes = parse_bytes_or_throw(o.device_memory, "--device-memory");
@@ -141,6 +187,19 @@ json suggestion_json(const Suggestion& s) {
         {"llama_cpp", s.llama_cpp_cmd.empty() ? json(nullptr) : json(s.llama_cpp_cmd)}};
 }
 
+// The terms by device (one entry on the CPU; the GPU's, then the host's).
+json devices_json(const MemoryPlan& mp) {
+    json out = json::array();
+    for (const auto& dt : mp.device_terms())
+        out.push_back({{"device", dt.device},
+                       {"weights_bytes", dt.weights_bytes},
+                       {"kv_cache_bytes", dt.kv_cache_bytes},
+                       {"activations_bytes", dt.activations_bytes},
+                       {"runtime_bytes", dt.runtime_bytes},
+                       {"total_bytes", dt.total_bytes()}});
+    return out;
+}
+
 json plan_json(const PlanModel& m, const Device& d, const Plan& p, const Capacity& cap,
                const std::vector<Suggestion>& sugg, const std::vector<QuantRow>* quant) {
     const MemoryPlan& mp = p.mem;
@@ -199,6 +258,7 @@ json plan_json(const PlanModel& m, const Device& d, const Plan& p, const Capacit
             {"thread_stacks_bytes", mp.runtime.thread_stacks_bytes},
             {"device_context_bytes", mp.runtime.device_context_bytes}}}}},
         {"total_bytes", mp.total_bytes()},
+        {"devices", devices_json(mp)},
         {"free_bytes", p.free_bytes()},
         {"host_bytes", p.host_bytes},
         {"max_num_seqs_at_max_model_len", cap.max_num_seqs_at_max_model_len},
@@ -296,7 +356,7 @@ void print_human(const PlanModel& m, const Device& d, const Plan& p, const Capac
     const auto& c = mp.config;
     const TermFormulas f = formulas(m, p);
     fmt::print("{}\n", verdict_text(m, d, p, cap));
-    fmt::print("  total {} of a {} budget ({}), {} to spare\n\n", format_bytes(mp.total_bytes()),
+    fmt::print("  total {} of a {} budget ({}), {} to spare\n\n", format_bytes(mp.budgeted_bytes()),
                format_bytes(mp.budget_bytes), budget_text(d, p), format_bytes(p.free_bytes()));
     const int w = 12;
     fmt::print("  {:<13}{:>{}}  {}\n", "term", "bytes", w, "how");
@@ -313,6 +373,26 @@ void print_human(const PlanModel& m, const Device& d, const Plan& p, const Capac
     if (p.host_bytes)
         fmt::print("  {:<13}{:>{}}  weights and KV of {} layers kept on the CPU\n", "host memory",
                    format_bytes(p.host_bytes), w, c.n_cpu_layers);
+    const auto devices = mp.device_terms();
+    if (devices.size() > 1) {
+        // A plan on two devices: each one's terms.
+        fmt::print("\n  {:<13}", "by device");
+        for (const auto& dt : devices) fmt::print("{:>{}}", dt.device, w);
+        fmt::print("\n");
+        const std::pair<const char*, uint64_t DeviceTerms::*> rows[] = {
+            {"weights", &DeviceTerms::weights_bytes},
+            {"kv_cache", &DeviceTerms::kv_cache_bytes},
+            {"activations", &DeviceTerms::activations_bytes},
+            {"runtime", &DeviceTerms::runtime_bytes}};
+        for (const auto& [label, field] : rows) {
+            fmt::print("  {:<13}", label);
+            for (const auto& dt : devices) fmt::print("{:>{}}", format_bytes(dt.*field), w);
+            fmt::print("\n");
+        }
+        fmt::print("  {:<13}", "total");
+        for (const auto& dt : devices) fmt::print("{:>{}}", format_bytes(dt.total_bytes()), w);
+        fmt::print("  ({} budget {})\n", devices[0].device, format_bytes(mp.budget_bytes));
+    }
     fmt::print("\n  {}\n", capacity_text(p, cap));
     fmt::print("  model {} ({} parameters, {}), {} layers, {} KV heads of {}\n", m.source,
                format_count(m.desc.n_params),

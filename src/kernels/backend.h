@@ -55,6 +55,10 @@ inline constexpr uint64_t device_weight_slot(uint64_t bytes) {
     return (bytes + 16 + 255) / 256 * 256;
 }
 
+// Device memory the Vulkan backend holds for itself (its RoPE tables): the
+// runtime term's device context, in the plan and in the ledger.
+inline constexpr uint64_t kVulkanContextBytes = 64 * 1024;
+
 // A tensor a backend holds: (n_rows, n_cols) in `type`. Vectors (norm
 // weights, biases, RoPE factors) are f32 with one row.
 struct Weight {
@@ -155,9 +159,11 @@ class Backend {
     }
 
     // ---- memory ----
-    // Takes `bytes` of device memory, zero-filled, reserved in the device
-    // ledger under `term`. Throws headroom::Error naming `what`, the size and
-    // what the device has left if it cannot be had.
+    // Takes `bytes` of device memory, reserved in the device ledger under
+    // `term`; its contents are not defined (nothing reads what it did not
+    // write: a KV slot is stored before attention reads it). Throws
+    // headroom::Error naming `what`, the size and what the device has left if
+    // it cannot be had.
     virtual DevPtr allocate(Term term, uint64_t bytes, const char* what) = 0;
     // Gives an allocation back, and its reservation. Null is ignored.
     virtual void release(DevPtr buffer) = 0;

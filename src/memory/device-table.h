@@ -29,6 +29,9 @@ struct Device {
     uint64_t used_bytes = 0;   // held by other processes when detected (nvidia-smi memory.used)
     bool gpu = false;
     std::string source;  // "--device rtx-4090 (nvidia-smi memory.total 24564 MiB)"
+    // headroom's own Vulkan backend on device N (--device vulkan:N): the plan
+    // is what it allocates, on "gpu<N>" and the host.
+    std::optional<uint32_t> vulkan_index;
 };
 
 // Case-insensitive, ignoring spaces, dashes and underscores ("RTX 4090",

@@ -12,6 +12,7 @@
 #include "core/strings.h"
 #include "core/thread-pool.h"
 #include "format/gguf-reader.h"
+#include "kernels/backend.h"
 #include "tokenizer/tokenizer.h"
 
 namespace headroom {
@@ -196,7 +197,9 @@ BudgetSpec budget_for(const Device& device, const PlanSettings& s) {
         device.total_bytes > s.reserve_bytes ? device.total_bytes - s.reserve_bytes : 0;
     b.mem_fraction = s.mem_fraction;
     b.kv_cache_bytes = s.kv_cache_bytes;
-    b.device_context_bytes = device.gpu ? kCudaContextBytes : 0;
+    b.device_context_bytes = device.vulkan_index ? kernels::kVulkanContextBytes
+                             : device.gpu        ? kCudaContextBytes
+                                                 : 0;
     return b;
 }
 
@@ -208,16 +211,17 @@ Plan evaluate(const PlanModel& model, const Device& device, const PlanSettings& 
     // GPU one host thread drives the device.
     if (c.n_threads == 0)
         c.n_threads = device.gpu ? 1 : static_cast<uint32_t>(physical_core_count());
+    if (device.vulkan_index) c.device = fmt::format("gpu{}", *device.vulkan_index);
     const BudgetSpec budget = budget_for(device, p.settings);
     p.mem = plan_memory(model.desc, c, budget);
     if (settings.kv_cache_bytes > 0) {
         // An explicit pool: the budget is the sum of the terms; the device must hold it.
         const auto room =
             static_cast<uint64_t>(static_cast<double>(budget.device_bytes) * budget.mem_fraction);
-        if (p.mem.fits && p.mem.total_bytes() > room) {
+        if (p.mem.fits && p.mem.budgeted_bytes() > room) {
             p.mem.fits = false;
             p.mem.refusal = fmt::format("the four terms need {} but {} of {} is {}",
-                                        format_bytes(p.mem.total_bytes()),
+                                        format_bytes(p.mem.budgeted_bytes()),
                                         fmt::format("{:.0f}%", budget.mem_fraction * 100),
                                         format_bytes(budget.device_bytes), format_bytes(room));
         }
@@ -329,9 +333,13 @@ TermFormulas formulas(const PlanModel& model, const Plan& plan) {
     if (r.thread_stacks_bytes)
         f.runtime += fmt::format(", {} {}", n_of(c.n_threads - 1, "worker stack", "worker stacks"),
                                  format_bytes(r.thread_stacks_bytes));
+    if (r.step_view_bytes)
+        f.runtime += fmt::format(", step view {}{}", format_bytes(r.step_view_bytes),
+                                 r.step_view_device_bytes ? " (and its copy on the device)" : "");
     if (r.device_context_bytes)
-        f.runtime +=
-            fmt::format(", CUDA context and workspaces {}", format_bytes(r.device_context_bytes));
+        f.runtime += fmt::format(
+            ", {} {}", c.device != "host" ? "Vulkan RoPE tables" : "CUDA context and workspaces",
+            format_bytes(r.device_context_bytes));
     return f;
 }
 

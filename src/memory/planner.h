@@ -72,8 +72,10 @@ struct Plan {
     bool fits_all() const {
         return mem.fits && mem.max_num_seqs_at_max_model_len >= mem.config.max_num_seqs;
     }
+    // What the budget has left (on a GPU, of the GPU's terms).
     uint64_t free_bytes() const {
-        return mem.budget_bytes > mem.total_bytes() ? mem.budget_bytes - mem.total_bytes() : 0;
+        const uint64_t used = mem.budgeted_bytes();
+        return mem.budget_bytes > used ? mem.budget_bytes - used : 0;
     }
 };
 

@@ -3,6 +3,12 @@
 // 31 others), an over-subscribed soak (every request completes with the
 // output it has alone, preemptions happen, memory stays in the budget, every
 // block comes back), cancellation, stop strings and refusals.
+//
+// ctest runs it once per backend, naming it in HEADROOM_TEST_BACKEND (cpu,
+// vulkan): the Vulkan run is reported skipped where this machine has no
+// Vulkan device. On Vulkan the soak's pool is what a device budget
+// (--device-memory) of a few sequences leaves, and a decode step is checked
+// to be one submission and one wait.
 #include "engine/engine.h"
 
 #include <gmock/gmock.h>
@@ -15,31 +21,71 @@
 #include "format/gguf-reader.h"
 #include "format/gguf-writer.h"
 #include "kernels/cpu/cpu-backend.h"
+#include "memory/report.h"
 #include "model/synth.h"
+#if HEADROOM_VULKAN
+#include "kernels/vulkan/vk-context.h"
+#include "kernels/vulkan/vulkan-backend.h"
+#endif
 
 namespace headroom {
 namespace {
 
 using ::testing::HasSubstr;
 
-// One CPU backend (one worker) holds the tiny model's weights for every
-// engine of this file; each runner takes its KV and arena from it and gives
-// them back when it goes.
+bool on_vulkan() {
+    const char* b = std::getenv("HEADROOM_TEST_BACKEND");
+    return b && std::string_view(b) == "vulkan";
+}
+
+// The backend under test, or null (with *why) when it cannot run here. A
+// Vulkan backend's budget is `device_memory` (--device-memory).
+std::unique_ptr<kernels::Backend> make_backend(Ledger& host, uint64_t device_memory,
+                                               std::string* why) {
+    if (!on_vulkan()) return std::make_unique<kernels::CpuBackend>(host, 1);
+#if HEADROOM_VULKAN
+    if (kernels::vk::list_devices(why).empty()) return nullptr;
+    kernels::VulkanOptions o;
+    o.device_memory_bytes = device_memory;
+    o.mem_fraction = 1.0;
+    o.progress = false;
+    return std::make_unique<kernels::VulkanBackend>(host, o);
+#else
+    (void)device_memory;
+    *why = "built without the Vulkan backend";
+    return nullptr;
+#endif
+}
+
+uint64_t device_bytes_of(const kernels::Backend& b) {
+#if HEADROOM_VULKAN
+    if (const auto* v = dynamic_cast<const kernels::VulkanBackend*>(&b)) return v->device_bytes();
+#endif
+    (void)b;
+    return 0;
+}
+
+// One backend (the CPU's with one worker, or a Vulkan device) holds the tiny
+// model's weights for every engine that uses it; each runner takes its KV
+// and arena from it and gives them back when it goes.
 struct TinyModel {
     Ledger ledger;
-    kernels::CpuBackend backend{ledger, 1};
+    std::string why;
+    std::unique_ptr<kernels::Backend> backend;
     std::vector<uint8_t> bytes;
     std::unique_ptr<gguf::GgufFile> file;
     std::unique_ptr<Model> model;
     std::unique_ptr<Tokenizer> tokenizer;
     ModelDesc desc;
-    TinyModel() {
+    explicit TinyModel(uint64_t device_memory = 256ull << 20) {
+        backend = make_backend(ledger, device_memory, &why);
+        if (!backend) return;
         SynthOptions opt;
         opt.type = TensorType::Q8_0;
         opt.progress = false;
         bytes = make_synth_model(find_synth_shape("tiny"), opt).to_bytes();
         file = std::make_unique<gguf::GgufFile>(gguf::GgufFile::parse(bytes, "tiny.gguf"));
-        model = Model::load(*file, backend);
+        model = Model::load(*file, *backend);
         tokenizer = Tokenizer::from_gguf(*file);
         desc = describe_gguf(*file);
         desc.tokenizer_bytes = tokenizer->memory_bytes();
@@ -51,13 +97,20 @@ TinyModel& tiny() {
     return m;
 }
 
+#define HR_REQUIRE_BACKEND()                                                          \
+    do {                                                                              \
+        if (!tiny().backend) GTEST_SKIP() << "no Vulkan device here: " << tiny().why; \
+    } while (0)
+
 struct EngineSetup {
-    Ledger& ledger = tiny().ledger;
+    TinyModel& m;
     EngineMetrics metrics;
     std::unique_ptr<Runner> runner;
     std::unique_ptr<Engine> engine;
+    // kv_bytes 0: the pool is what the backend's budget leaves (a GPU's).
     EngineSetup(uint32_t max_num_seqs, uint32_t max_model_len, uint64_t kv_bytes,
-                bool prefix = true, uint32_t batched = 64) {
+                bool prefix = true, uint32_t batched = 64, TinyModel& model = tiny())
+        : m(model) {
         RunnerOptions o;
         o.config.max_num_seqs = max_num_seqs;
         o.config.max_model_len = max_model_len;
@@ -66,7 +119,12 @@ struct EngineSetup {
         o.config.n_threads = 1;
         o.budget.kv_cache_bytes = kv_bytes;
         o.prefix_caching = prefix;
-        runner = std::make_unique<Runner>(*tiny().model, tiny().desc, o, tiny().backend);
+        if (!m.backend->is_host()) {
+            o.budget.device_bytes = device_bytes_of(*m.backend);
+            o.budget.mem_fraction = 1.0;
+            o.budget.device_context_bytes = m.backend->device_context_bytes();
+        }
+        runner = std::make_unique<Runner>(*m.model, m.desc, o, *m.backend);
         engine = std::make_unique<Engine>(*runner, *tiny().tokenizer, metrics);
     }
 };
@@ -131,6 +189,7 @@ std::vector<std::vector<int32_t>> alone(const std::vector<GenerateRequest>& reqs
 }
 
 TEST(Engine, GreedyOutputIsTheSameAloneOrBatchedWith31Others) {
+    HR_REQUIRE_BACKEND();
     const auto reqs = random_requests(32, 1, 60, 24);
     const auto expected = alone(reqs);
     EngineSetup s(32, 256, 32ull * 256 * kTinyKvPerToken * 4);
@@ -143,15 +202,38 @@ void soak(int n_requests, uint32_t seed) {
     // A pool for 8 full-length sequences of 128 tokens, 80 seats: 10× over-subscribed.
     const auto reqs = random_requests(n_requests, seed, 100, 28);
     const auto expected = alone(reqs);
-    EngineSetup s(80, 128, 8ull * 128 * kTinyKvPerToken, true, 96);
+    // On a GPU the pool is what a device budget for 8 such sequences leaves:
+    // the model on a backend whose --device-memory is the plan's device
+    // terms with that pool.
+    std::unique_ptr<TinyModel> small;
+    uint64_t kv_bytes = 8ull * 128 * kTinyKvPerToken;
+    if (on_vulkan()) {
+        EngineConfig c;
+        c.max_num_seqs = 80;
+        c.max_model_len = 128;
+        c.max_num_batched_tokens = 96;
+        c.block_size = 16;
+        c.device = "gpu0";
+        BudgetSpec b;
+        b.kv_cache_bytes = kv_bytes;
+        b.device_context_bytes = kernels::kVulkanContextBytes;
+        small = std::make_unique<TinyModel>(plan_memory(tiny().desc, c, b).budgeted_bytes() + 100);
+        kv_bytes = 0;
+    }
+    EngineSetup s(80, 128, kv_bytes, true, 96, small ? *small : tiny());
     ASSERT_EQ(s.runner->plan().kv_bytes_per_token, kTinyKvPerToken);
-    const uint64_t reserved = s.ledger.snapshot()[Term::KvCache].reserved_bytes;
+    if (small) {
+        ASSERT_EQ(s.runner->cache().n_blocks_total(), 8u * 128 / 16);
+    }
+    Ledger& device = s.runner->ledger();
+    const uint64_t reserved = device.snapshot()[Term::KvCache].reserved_bytes;
     uint64_t max_used = 0;
     const auto got = run_all(*s.engine, reqs, [&] {
-        const auto snap = s.ledger.snapshot();
-        max_used = std::max(max_used, snap[Term::KvCache].allocated_bytes);
-        ASSERT_LE(snap[Term::KvCache].allocated_bytes, reserved);
-        ASSERT_LE(snap.total_allocated_bytes(), s.runner->plan().total_bytes());
+        const auto snaps = s.m.backend->snapshots();
+        const LedgerSnapshot kv = device.snapshot();
+        max_used = std::max(max_used, kv[Term::KvCache].allocated_bytes);
+        ASSERT_LE(kv[Term::KvCache].allocated_bytes, reserved);
+        ASSERT_LE(sum_ledgers(snaps).total_allocated_bytes(), s.runner->plan().total_bytes());
     });
     for (size_t i = 0; i < reqs.size(); ++i) ASSERT_EQ(got[i], expected[i]) << "request " << i;
     EXPECT_GT(s.metrics.n_preemptions.load(), 0u);
@@ -173,14 +255,48 @@ void soak(int n_requests, uint32_t seed) {
 }
 
 TEST(Engine, OversubscribedSoakCompletesEveryRequestWithItsAloneOutput) {
+    HR_REQUIRE_BACKEND();
     soak(80, 7);
 }
 
 TEST(EngineSlow, Soak500RequestsAt10xOversubscription) {
+    HR_REQUIRE_BACKEND();
     soak(500, 8);
 }
 
+// A GPU's decode step: one submission, one wait; up only the step view (the
+// token ids, positions, slots and block tables), down only the rows sampled.
+TEST(Engine, ADecodeStepIsOneSubmissionAndOneWait) {
+    HR_REQUIRE_BACKEND();
+    if (tiny().backend->is_host()) GTEST_SKIP() << "the CPU backend submits nothing";
+    EngineSetup s(3, 256, 3ull * 256 * kTinyKvPerToken);
+    std::vector<std::shared_ptr<Request>> reqs;
+    for (const auto& r : random_requests(3, 4, 30, 1)) {
+        GenerateRequest g = r;
+        g.params.max_tokens = 50;
+        std::string error;
+        reqs.push_back(s.engine->submit(g, &error));
+    }
+    for (int i = 0; i < 6; ++i) ASSERT_TRUE(s.engine->step());  // prefills, then decoding
+    ASSERT_TRUE(s.engine->step());
+    const kernels::StepStats st = tiny().backend->last_step();
+    const kernels::StepView& view = s.runner->last_step();
+    ASSERT_EQ(view.n_tokens, 3u);  // three sequences, one token each
+    EXPECT_EQ(st.n_submits, 1u);
+    EXPECT_EQ(st.n_waits, 1u);
+    EXPECT_EQ(st.upload_bytes, uint64_t{view.n_words} * 4);
+    EXPECT_EQ(st.download_bytes, 3ull * tiny().model->hparams().n_vocab * 4);
+    std::printf(
+        "decode step of 3 sequences: %llu submission, %llu wait, %llu dispatches, %llu "
+        "bytes up, %llu bytes down\n",
+        static_cast<unsigned long long>(st.n_submits), static_cast<unsigned long long>(st.n_waits),
+        static_cast<unsigned long long>(st.n_dispatches),
+        static_cast<unsigned long long>(st.upload_bytes),
+        static_cast<unsigned long long>(st.download_bytes));
+}
+
 TEST(Engine, CancelFreesBlocksWithinOneStep) {
+    HR_REQUIRE_BACKEND();
     EngineSetup s(4, 256, 4ull * 256 * kTinyKvPerToken);
     GenerateRequest r = random_requests(1, 3, 40, 1)[0];
     r.params.max_tokens = 200;
@@ -198,6 +314,7 @@ TEST(Engine, CancelFreesBlocksWithinOneStep) {
 }
 
 TEST(Engine, StopStringEndsTheOutputWhereItStarts) {
+    HR_REQUIRE_BACKEND();
     GenerateRequest r = random_requests(1, 5, 30, 1)[0];
     r.params.max_tokens = 40;
     EngineSetup s(1, 256, 256 * kTinyKvPerToken);
@@ -228,6 +345,7 @@ TEST(Engine, StopStringEndsTheOutputWhereItStarts) {
 }
 
 TEST(Engine, RefusesWhatCannotFitWithTheNumbers) {
+    HR_REQUIRE_BACKEND();
     EngineSetup s(1, 64, 64 * kTinyKvPerToken);
     GenerateRequest r;
     r.prompt.assign(64, 5);
@@ -246,6 +364,7 @@ TEST(Engine, RefusesWhatCannotFitWithTheNumbers) {
 }
 
 TEST(Engine, ThreadedModeServesConcurrentSubmitters) {
+    HR_REQUIRE_BACKEND();
     EngineSetup s(8, 256, 8ull * 256 * kTinyKvPerToken);
     s.engine->start();
     const auto reqs = random_requests(16, 9, 30, 8);

@@ -363,7 +363,7 @@ TEST(VulkanOps, GatherRowsAndCopyBlockAreExact) {
     for (size_t r = 0; r < rows.size(); ++r)
         for (int64_t c = 0; c < n_cols; ++c)
             ASSERT_TRUE(same_bits(got[r * n_cols + c], x[rows[r] * n_cols + c]));
-    Buf dst(x.size());
+    Buf dst(std::vector<float>(x.size(), 0.0f));
     gpu().be->copy_block(dst.p + 4 * 100, xb.p + 4 * 200, 4 * 1000);
     const auto copied = dst.get();
     for (size_t i = 0; i < 1000; ++i) ASSERT_TRUE(same_bits(copied[100 + i], x[200 + i]));

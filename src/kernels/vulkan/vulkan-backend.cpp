@@ -272,9 +272,6 @@ DevPtr VulkanBackend::new_allocation(Term term, uint64_t bytes, bool host_visibl
         void* p = nullptr;
         check(vkMapMemory(d, a.memory, 0, VK_WHOLE_SIZE, 0, &p), "vkMapMemory");
         a.mapped = static_cast<uint8_t*>(p);
-        std::memset(a.mapped, 0, bytes);
-    } else {
-        ctx_->run_once([&](VkCommandBuffer cb) { vkCmdFillBuffer(cb, a.buffer, 0, bytes, 0); });
     }
     a.live = true;
     book.reserve(term, bytes);

@@ -10,7 +10,9 @@
 // VK_EXT_memory_budget budget where the driver reports one, else its size)
 // less --reserve, times --mem-fraction; or --device-memory BYTES in place of
 // the heap, to stand in for a smaller GPU. An allocation past the budget is
-// refused with the numbers, before the device is asked.
+// refused with the numbers, before the device is asked. Allocations are not
+// cleared: where device memory is the host's (lavapipe) the pages of a KV
+// pool stay untouched until its blocks are used.
 //
 // A step is one command buffer: begin_step records the upload of the step
 // view, every op records one dispatch and a barrier, end_step records the
@@ -52,7 +54,7 @@ class VulkanBackend final : public Backend {
     uint64_t budget_bytes() const { return budget_bytes_; }
     // Device memory the backend holds for itself (the RoPE tables): the
     // runtime term's device context.
-    static constexpr uint64_t kContextBytes = 64 * 1024;
+    static constexpr uint64_t kContextBytes = kVulkanContextBytes;
     uint64_t device_context_bytes() const override { return kContextBytes; }
     // The last step's counters, and the totals since the backend opened
     // (uploads and downloads outside steps included).

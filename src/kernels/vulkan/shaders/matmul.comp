@@ -2,11 +2,11 @@
 // y (n_tokens, y_stride) [t, r] = sum_k x (n_tokens, x_stride) [t, k] * W (n_rows, n_cols) [r, k]
 //
 // One source for every weight type (-DW_<TYPE>, dequant.glsl) and both
-// shapes: NT tokens per workgroup, 1 for decode (matrix × vector, 4 rows
-// an invocation) and 8 for prefill (a tile of 16 rows × 8 tokens, 2 rows an
-// invocation): each weight chunk is dequantized once into registers and used
-// for every token of the tile, each chunk of activations loaded once for
-// every row of the invocation.
+// shapes (-DNT, -DRPL): NT tokens per workgroup, 1 for decode (matrix ×
+// vector, RPL = 4 rows an invocation) and 4 for prefill (a tile of 16 rows ×
+// 4 tokens, 2 rows an invocation): each weight chunk is dequantized once
+// into registers and used for every token of the tile, each chunk of
+// activations loaded once for every row of the invocation.
 //
 // Work split: a workgroup is 16 K-slices × (16 / RPL) row lanes and owns 16
 // rows × NT tokens. A row is read in chunks of 32 elements (a block, or a

@@ -20,9 +20,12 @@ esac
 step() { printf '\n==> %s\n' "$*" >&2; }
 
 # ---- system packages -------------------------------------------------------
+# The Vulkan backend builds with libvulkan-dev and glslc; its tests run on
+# lavapipe (mesa-vulkan-drivers), a software Vulkan device, where there is no GPU.
 apt_packages=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
   libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libfmt-dev libxxhash-dev
-  libgtest-dev libgmock-dev libbenchmark-dev python3 python3-venv python3-pip curl)
+  libgtest-dev libgmock-dev libbenchmark-dev python3 python3-venv python3-pip curl
+  libvulkan-dev glslc mesa-vulkan-drivers vulkan-tools)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

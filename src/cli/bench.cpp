@@ -256,9 +256,13 @@ void run_bench(const Opts& o) {
         return;
     }
     fmt::print("model        {}\n", hp.name.empty() ? o.engine.model : hp.name);
-    fmt::print("backend      {}, {} threads, activations {}, kv {}\n", isa, n_threads, precision,
-               name(runner.plan().config.kv_dtype));
-    if (o.n_gen)
+    if (cpu)
+        fmt::print("backend      {}, {} threads, activations {}, kv {}\n", isa, n_threads,
+                   precision, name(runner.plan().config.kv_dtype));
+    else
+        fmt::print("backend      {} (f32 shaders), kv {}\n", isa,
+                   name(runner.plan().config.kv_dtype));
+    if (o.n_gen && cpu)
         fmt::print(
             "bandwidth    {:.1f} GB/s read ({} threads, measured before and after each decode)\n",
             bandwidth, n_threads);
@@ -266,9 +270,17 @@ void run_bench(const Opts& o) {
     if (o.n_prompt)
         fmt::print("{:<10} {:>10.2f} ± {:<6.2f}\n", fmt::format("pp{}", o.n_prompt), pps.mean,
                    pps.sd);
-    if (o.n_gen)
+    if (o.n_gen && cpu)
         fmt::print("{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s effective, {:.0f}% of read bandwidth\n",
                    fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps, 100 * fracs.mean);
+    else if (o.n_gen) {
+        const kernels::StepStats st = lm.backend->last_step();
+        fmt::print(
+            "{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s of weights and KV read; a step: {} "
+            "submission, {} wait, {} dispatches, {} B up, {} B down\n",
+            fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps, st.n_submits, st.n_waits,
+            st.n_dispatches, st.upload_bytes, st.download_bytes);
+    }
     if (!moved.empty())
         fmt::print(
             "note         the read bandwidth moved during a decode ({}): such a run's fraction "

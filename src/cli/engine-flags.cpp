@@ -91,6 +91,8 @@ BackendOptions backend_options(const EngineFlags& f, const RunnerOptions& runner
 void apply_device_budget(RunnerOptions& o, const kernels::Backend& backend) {
     if (backend.is_host()) return;
     o.budget.device_bytes = device_budget_bytes(backend);
+    // One host thread drives the device: no worker pool, no worker stacks.
+    o.config.n_threads = 1;
     o.budget.device_context_bytes = backend.device_context_bytes();
 }
 

@@ -44,8 +44,8 @@ RunnerOptions runner_options(const EngineFlags& flags, uint32_t default_num_seqs
 // The backend --device names, with its own flags.
 BackendOptions backend_options(const EngineFlags& flags, const RunnerOptions& runner);
 
-// A GPU's budget in place of the host's: the runner's options once the
-// backend is open (nothing changes for the CPU).
+// A GPU's budget in place of the host's, and one host thread: the runner's
+// options once the backend is open (nothing changes for the CPU).
 void apply_device_budget(RunnerOptions& options, const kernels::Backend& backend);
 
 }  // namespace headroom::cli

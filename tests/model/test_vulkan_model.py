@@ -82,7 +82,9 @@ print(f"{name} logits, vulkan vs cpu f32: max |diff| {worst:.3e} over {n_pos} po
 fail_if(n_mismatch > 0, "the Vulkan backend's top-1 differs from the CPU's")
 
 # 2. Greedy continuations, all prompts at once on each backend.
-prompts = [c["prompt"] for c in json.load(open(os.path.join(data_dir, "greedy", f"{name}.json")))["cases"]]
+greedy = json.load(open(os.path.join(data_dir, "greedy", f"{name}.json")))["cases"]
+prompts = [c["prompt"] for c in greedy
+           if not args.max_tokens or len(c["prompt_tokens"]) <= args.max_tokens]
 
 
 def complete(server, prompt):
@@ -110,5 +112,6 @@ for i, ((cpu_tokens, cpu_top), (gpu_tokens, _)) in enumerate(zip(results["cpu"],
     print(f"prompt {i} ({prompts[i][:30]!r}): differs at token {at}: cpu {cpu_tokens[at]!r}, vulkan "
           f"{gpu_tokens[at]!r}; the cpu's logprobs there {top} (gap {gap:.4f})")
     fail_if(not gap < MAX_TIE_GAP, f"prompt {i}: not a near-tie (gap {gap:.4f} >= {MAX_TIE_GAP})")
-print(f"{name} greedy {N_PREDICT}-token continuations: {n_same} of {len(prompts)} identical on vulkan and cpu f32")
-fail_if(n_same < 9, f"only {n_same} of {len(prompts)} continuations are identical")
+print(f"{name} greedy {N_PREDICT}-token continuations: {n_same} of {len(prompts)} identical on vulkan and cpu f32"
+      + (f" ({len(greedy) - len(prompts)} long prompts left to the slow run)" if len(prompts) < len(greedy) else ""))
+fail_if(n_same < len(prompts) - 1, f"only {n_same} of {len(prompts)} continuations are identical")

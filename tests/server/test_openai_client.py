@@ -10,6 +10,9 @@ conversation rendered with the model's own chat template (read from the GGUF
 by the gguf package) by jinja2, set up as transformers' apply_chat_template
 sets it up; headroom's server renders it with its own template interpreter.
 SmolLM2 adds no BOS, so both give the same tokens if both render the same text.
+
+  test_openai_client.py [DEVICE]   cpu (the default) or vulkan; with vulkan,
+                                   skipped (exit code 77) where there is no device
 """
 import math
 import os
@@ -28,7 +31,14 @@ import jinja2.sandbox  # noqa: E402
 import openai  # noqa: E402
 
 N_TOKENS = 4
-MEMORY_FLAGS = ["--max-model-len", "1024", "--kv-cache-memory", "32MiB"]
+DEVICE = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+MEMORY_FLAGS = ["--max-model-len", "1024", "--kv-cache-memory", "32MiB", "--device", DEVICE]
+if DEVICE != "cpu":
+    import json
+    out = subprocess.run([headroom_bin(), "devices", "--json"], capture_output=True, text=True)
+    if out.returncode != 0 or not any(d["usable"] for d in json.loads(out.stdout)["devices"]):
+        print("SKIPPED: no usable Vulkan device on this machine (headroom devices)")
+        sys.exit(77)
 
 
 def render_chat(path, messages):
@@ -134,5 +144,5 @@ fail_if(run_chat != choice.message.content,
 run_comp = run_greedy(path, completion_prompt)
 fail_if(run_comp != comp.choices[0].text,
         f"completion: server {comp.choices[0].text!r} != run {run_comp!r}")
-print(f"ok: models, chat {choice.message.content!r} (stream equal, logprobs greedy), "
+print(f"ok ({DEVICE}): models, chat {choice.message.content!r} (stream equal, logprobs greedy), "
       f"completion {comp.choices[0].text!r}, both equal to `run --temp 0`")

@@ -270,13 +270,19 @@ void add_run_command(CLI::App& app) {
         if (!o->quiet)
             fmt::print(stderr, "{}\n",
                        memory_summary_line(runner.plan(), snap, runner.cache(), process));
+        const BackendTraffic traffic{lm.backend->name(), lm.backend->last_step(),
+                                     lm.backend->totals(), metrics.n_steps.load()};
         if (o->memory_report)
-            fmt::print(stderr, "{}",
-                       memory_report_table(runner.plan(), snap, runner.cache(), process));
+            fmt::print(stderr, "{}{}",
+                       memory_report_table(runner.plan(), snap, runner.cache(), process),
+                       traffic_line(traffic));
         if (!o->memory_report_json.empty()) {
             std::ofstream out(o->memory_report_json);
             if (!out) fail("--memory-report-json {}: cannot write", o->memory_report_json);
-            out << memory_report_json(runner.plan(), snap, runner.cache(), process).dump(2) << "\n";
+            nlohmann::json report =
+                memory_report_json(runner.plan(), snap, runner.cache(), process);
+            report["backend"] = traffic_json(traffic);
+            out << report.dump(2) << "\n";
         }
     });
 }

@@ -143,8 +143,10 @@ class Backend {
     // Device memory the backend holds for itself from the start (a GPU's
     // tables, pipelines' scratch): the runtime term's device context.
     virtual uint64_t device_context_bytes() const { return 0; }
-    // The last step's traffic (zero for the CPU, whose memory is the host's).
+    // The last step's traffic, and all of it since the backend opened (zero
+    // for the CPU, whose memory is the host's).
     virtual StepStats last_step() const { return {}; }
+    virtual StepStats totals() const { return {}; }
     // Every ledger this backend counts in: its device's, then the host's if
     // that is another one.
     std::vector<const Ledger*> ledgers() {

@@ -63,6 +63,31 @@ nlohmann::json engine_config_json(const EngineConfig& c) {
             {"n_cpu_layers", c.n_cpu_layers}};
 }
 
+nlohmann::json traffic_json(const BackendTraffic& t) {
+    auto stats = [](const kernels::StepStats& s) {
+        return nlohmann::json{{"submits", s.n_submits},
+                              {"waits", s.n_waits},
+                              {"dispatches", s.n_dispatches},
+                              {"upload_bytes", s.upload_bytes},
+                              {"download_bytes", s.download_bytes}};
+    };
+    return {{"name", t.name},
+            {"steps", t.n_steps},
+            {"last_step", stats(t.last_step)},
+            {"totals", stats(t.totals)}};
+}
+
+std::string traffic_line(const BackendTraffic& t) {
+    if (t.totals.n_submits == 0) return "";
+    const auto& s = t.last_step;
+    return fmt::format(
+        "  {}: the last of {} steps was {} submission and {} wait ({} dispatches), {} up and {} "
+        "down; {} up and {} down in all (the weights' upload included)\n",
+        t.name, t.n_steps, s.n_submits, s.n_waits, s.n_dispatches, format_bytes(s.upload_bytes),
+        format_bytes(s.download_bytes), format_bytes(t.totals.upload_bytes),
+        format_bytes(t.totals.download_bytes));
+}
+
 LedgerSnapshot sum_ledgers(std::span<const LedgerSnapshot> ledgers) {
     LedgerSnapshot sum;
     sum.device = "all";
@@ -175,6 +200,10 @@ std::string memory_report_table(const MemoryPlan& plan, std::span<const LedgerSn
         tr ? 100.0 * (static_cast<double>(growth) - static_cast<double>(tr)) /
                  static_cast<double>(tr)
            : 0.0);
+    if (ledgers.size() > 1)
+        out +=
+            "  (where a device's memory is the host's, as lavapipe's is, RSS also holds what the "
+            "device's ledger counts)\n";
     return out;
 }
 

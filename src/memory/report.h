@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/ledger.h"
+#include "kernels/backend.h"
 #include "memory/kv-cache.h"
 #include "memory/terms.h"
 
@@ -33,6 +34,18 @@ std::string memory_report_table(const MemoryPlan& plan, std::span<const LedgerSn
 // RSS 301 MiB", with the device when it is not the host.
 std::string memory_summary_line(const MemoryPlan& plan, std::span<const LedgerSnapshot> ledgers,
                                 const KvCache& cache, const ProcessMemory& process);
+// A backend's name and traffic between host and device, for the report:
+// the last step's and the totals since it opened.
+struct BackendTraffic {
+    std::string name;
+    kernels::StepStats last_step;
+    kernels::StepStats totals;
+    uint64_t n_steps = 0;
+};
+nlohmann::json traffic_json(const BackendTraffic& t);
+// One line for the table ("" on the CPU, which moves nothing).
+std::string traffic_line(const BackendTraffic& t);
+
 // The terms of several snapshots added up (the whole process).
 LedgerSnapshot sum_ledgers(std::span<const LedgerSnapshot> ledgers);
 

@@ -59,7 +59,7 @@ class VulkanBackend final : public Backend {
     // The last step's counters, and the totals since the backend opened
     // (uploads and downloads outside steps included).
     StepStats last_step() const override { return step_counters_; }
-    const StepStats& totals() const { return totals_; }
+    StepStats totals() const override { return totals_; }
 
     std::string name() const override;
     Ledger& ledger() override { return ledger_; }

@@ -44,6 +44,7 @@ def has_vulkan():
 args = argparse.ArgumentParser()
 args.add_argument("model")
 args.add_argument("--max-tokens", type=int, default=64)
+args.add_argument("--max-greedy-prompts", type=int, default=0)
 args = args.parse_args()
 if not has_vulkan():
     print("SKIPPED: no usable Vulkan device on this machine (headroom devices)")
@@ -85,6 +86,8 @@ fail_if(n_mismatch > 0, "the Vulkan backend's top-1 differs from the CPU's")
 greedy = json.load(open(os.path.join(data_dir, "greedy", f"{name}.json")))["cases"]
 prompts = [c["prompt"] for c in greedy
            if not args.max_tokens or len(c["prompt_tokens"]) <= args.max_tokens]
+if args.max_greedy_prompts:
+    prompts = prompts[:args.max_greedy_prompts]
 
 
 def complete(server, prompt):
@@ -113,5 +116,5 @@ for i, ((cpu_tokens, cpu_top), (gpu_tokens, _)) in enumerate(zip(results["cpu"],
           f"{gpu_tokens[at]!r}; the cpu's logprobs there {top} (gap {gap:.4f})")
     fail_if(not gap < MAX_TIE_GAP, f"prompt {i}: not a near-tie (gap {gap:.4f} >= {MAX_TIE_GAP})")
 print(f"{name} greedy {N_PREDICT}-token continuations: {n_same} of {len(prompts)} identical on vulkan and cpu f32"
-      + (f" ({len(greedy) - len(prompts)} long prompts left to the slow run)" if len(prompts) < len(greedy) else ""))
+      + (f" ({len(greedy) - len(prompts)} prompts left to the slow run)" if len(prompts) < len(greedy) else ""))
 fail_if(n_same < len(prompts) - 1, f"only {n_same} of {len(prompts)} continuations are identical")

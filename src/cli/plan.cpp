@@ -259,6 +259,7 @@ json plan_json(const PlanModel& m, const Device& d, const Plan& p, const Capacit
             {"device_context_bytes", mp.runtime.device_context_bytes}}}}},
         {"total_bytes", mp.total_bytes()},
         {"devices", devices_json(mp)},
+        {"context_note", p.context_note.empty() ? json(nullptr) : json(p.context_note)},
         {"free_bytes", p.free_bytes()},
         {"host_bytes", p.host_bytes},
         {"max_num_seqs_at_max_model_len", cap.max_num_seqs_at_max_model_len},
@@ -356,6 +357,7 @@ void print_human(const PlanModel& m, const Device& d, const Plan& p, const Capac
     const auto& c = mp.config;
     const TermFormulas f = formulas(m, p);
     fmt::print("{}\n", verdict_text(m, d, p, cap));
+    if (!p.context_note.empty()) fmt::print("  note: {}\n", p.context_note);
     fmt::print("  total {} of a {} budget ({}), {} to spare\n\n", format_bytes(mp.budgeted_bytes()),
                format_bytes(mp.budget_bytes), budget_text(d, p), format_bytes(p.free_bytes()));
     const int w = 12;

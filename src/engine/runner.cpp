@@ -17,12 +17,21 @@ EngineConfig on_device(EngineConfig c, kernels::Backend& backend) {
     return c;
 }
 
+// The plan, its context fitted to the budget when not pinned (said on stderr).
+MemoryPlan fitted_plan(const ModelDesc& desc, const EngineConfig& config,
+                       const BudgetSpec& budget) {
+    std::string note;
+    MemoryPlan p = plan_memory_fitting(desc, config, budget, &note);
+    if (!note.empty()) fmt::print(stderr, "note: {}\n", note);
+    return p;
+}
+
 }  // namespace
 
 Runner::Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& options,
                kernels::Backend& backend)
     : model_(model),
-      plan_(plan_memory(desc, on_device(options.config, backend), options.budget)),
+      plan_(fitted_plan(desc, on_device(options.config, backend), options.budget)),
       backend_(backend) {
     if (!plan_.fits) throw Error(plan_.refusal);
     if (plan_.config.max_model_len > model.hparams().n_ctx_train && model.hparams().n_ctx_train > 0)

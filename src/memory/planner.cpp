@@ -213,7 +213,8 @@ Plan evaluate(const PlanModel& model, const Device& device, const PlanSettings& 
         c.n_threads = device.gpu ? 1 : static_cast<uint32_t>(physical_core_count());
     if (device.vulkan_index) c.device = fmt::format("gpu{}", *device.vulkan_index);
     const BudgetSpec budget = budget_for(device, p.settings);
-    p.mem = plan_memory(model.desc, c, budget);
+    // An unpinned context fits by itself, as the engine fits it.
+    p.mem = plan_memory_fitting(model.desc, c, budget, &p.context_note);
     if (settings.kv_cache_bytes > 0) {
         // An explicit pool: the budget is the sum of the terms; the device must hold it.
         const auto room =

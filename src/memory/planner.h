@@ -66,6 +66,9 @@ BudgetSpec budget_for(const Device& device, const PlanSettings& settings);
 struct Plan {
     PlanSettings settings;
     MemoryPlan mem;
+    // Set when the trained context did not fit and mem is for the longest
+    // that does (the context was not pinned): the line that says so.
+    std::string context_note;
     uint64_t host_bytes = 0;  // layers left on the CPU: their weights and KV
     // Every one of max_num_seqs sequences at max_model_len at once (mem.fits
     // needs only one; the others would wait for KV blocks).

@@ -69,6 +69,24 @@ uint64_t step_view_words(const EngineConfig& c, uint64_t n_groups) {
            uint64_t{c.max_num_seqs} * (n_groups * (1 + table_words) + 1);
 }
 
+MemoryPlan plan_memory_fitting(const ModelDesc& model, const EngineConfig& config,
+                               const BudgetSpec& budget, std::string* note) {
+    MemoryPlan p = plan_memory(model, config, budget);
+    if (p.fits || config.max_model_len != 0 || p.fit_len == 0) return p;
+    EngineConfig shorter = config;
+    shorter.max_model_len = p.fit_len;
+    MemoryPlan q = plan_memory(model, shorter, budget);
+    if (!q.fits) return p;
+    if (note)
+        *note = fmt::format(
+            "the trained context of {} tokens needs {} of KV and the budget leaves room for {} "
+            "tokens: "
+            "serving up to {} tokens a sequence (--max-model-len sets it; more memory, or "
+            "--kv-dtype q8_0, gives more)",
+            p.config.max_model_len, format_bytes(p.kv_bytes_per_seq), p.fit_len, p.fit_len);
+    return q;
+}
+
 std::vector<DeviceTerms> MemoryPlan::device_terms() const {
     DeviceTerms d{config.device, weights_bytes, kv_cache_bytes, activations_bytes(),
                   runtime_bytes()};
@@ -352,8 +370,10 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
                 l_hi = mid - 1;
         }
         const uint64_t fit_len = l_lo / c.block_size * c.block_size;
-        if (fit_len >= c.block_size)
+        if (fit_len >= c.block_size) {
             fixes.push_back(fmt::format("use --max-model-len {}", fit_len));
+            p.fit_len = static_cast<uint32_t>(fit_len);
+        }
         if (c.kv_dtype != KvDtype::Q8_0) {
             EngineConfig q8 = c;
             q8.kv_dtype = KvDtype::Q8_0;

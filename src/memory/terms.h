@@ -149,8 +149,9 @@ struct MemoryPlan {
     ActivationLayout activations;
     RuntimeBreakdown runtime;
 
-    bool fits = false;    // the pool holds one sequence of max_model_len
-    std::string refusal;  // when !fits: the numbers and each fix with its effect
+    bool fits = false;     // the pool holds one sequence of max_model_len
+    std::string refusal;   // when !fits: the numbers and each fix with its effect
+    uint32_t fit_len = 0;  // when !fits: the longest context that would (whole blocks), or 0
     uint32_t max_num_seqs_at_max_model_len = 0;
     uint32_t max_model_len_at_max_num_seqs = 0;
 
@@ -181,5 +182,13 @@ std::vector<KvGroupPlan> kv_groups_for(const HParams& hp, const EngineConfig& co
 // Throws headroom::Error for an invalid configuration (zero block size...).
 MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config,
                        const BudgetSpec& budget);
+
+// plan_memory, but a context that was not pinned (config.max_model_len 0)
+// fits by itself: when the trained context does not fit the budget, the plan
+// is for the longest context that does (whole blocks), and *note says so in
+// one line (what was asked, what fits, why). A pinned length is planned as
+// asked, and refused as plan_memory refuses it.
+MemoryPlan plan_memory_fitting(const ModelDesc& model, const EngineConfig& config,
+                               const BudgetSpec& budget, std::string* note);
 
 }  // namespace headroom

@@ -289,7 +289,7 @@ void Engine::update_gauges() {
     const auto& ps = runner_.cache().prefix_stats();
     metrics_.prefix_query_tokens.store(ps.query_tokens, std::memory_order_relaxed);
     metrics_.prefix_hit_tokens.store(ps.hit_tokens, std::memory_order_relaxed);
-    runner_.ledger().set_allocated(Term::KvCache, runner_.cache().used_bytes());
+    runner_.count_kv();
 }
 
 void Engine::loop() {

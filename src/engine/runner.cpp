@@ -104,8 +104,15 @@ float* Runner::forward(const Batch& batch) {
     backend_.begin_step(step_);
     model_.forward(step_, cache_->layout(), buffers_, backend_);
     float* logits = backend_.end_step(buffers_.logits, uint64_t{n_rows} * model_.hparams().n_vocab);
-    ledger().set_allocated(Term::KvCache, cache_->used_bytes());
+    count_kv();
     return logits;
+}
+
+void Runner::count_kv() {
+    const uint64_t on_host = cache_->host_used_bytes();
+    ledger().set_allocated(Term::KvCache, cache_->used_bytes() - on_host);
+    if (cache_->host_capacity_bytes() > 0)
+        backend_.host_ledger().set_allocated(Term::KvCache, on_host);
 }
 
 }  // namespace headroom

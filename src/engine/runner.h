@@ -53,6 +53,9 @@ class Runner {
     // max_logit_rows) and the cache has grown for its tokens.
     float* forward(const Batch& batch);
     float* sampler_scratch() const { return sampler_scratch_; }
+    // Sets the KV term's allocated bytes in each device's ledger from the
+    // blocks in use.
+    void count_kv();
     // The view the last forward() ran (tests).
     const kernels::StepView& last_step() const { return step_; }
 

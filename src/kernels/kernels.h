@@ -92,7 +92,7 @@ struct RopeArgs {
 
 // One forward call's attention for one layer: every token of the step
 // attends, causally, to its own sequence's cached keys and values, found
-// through the step's block tables in the KV region at kv_base.
+// through the step's block tables in the layer's KV region at kv_base.
 struct AttentionArgs {
     const float* q = nullptr;  // (n_tokens, n_head, head_dim_k)
     float* out = nullptr;      // (n_tokens, n_head, head_dim_v)
@@ -101,7 +101,7 @@ struct AttentionArgs {
     const uint32_t* seq_of_token = nullptr;  // (n_tokens) step->seq_of_token()
     const StepView* step = nullptr;
     const KvLayout* kv = nullptr;
-    const uint8_t* kv_base = nullptr;  // the region's host address
+    const uint8_t* kv_base = nullptr;  // host address of kv->base_of_layer(layer)
     uint32_t layer = 0;
     uint32_t n_head = 0;
     uint32_t n_head_kv = 0;

@@ -3,8 +3,9 @@
 // KV cache's business (memory/kv-cache.h); kernels only need this layout and
 // a step's view of the block tables (kernels/step-view.h).
 //
-// The region holds one pool per layer group (full-attention layers,
-// sliding-window layers), one after the other. A block of a group with
+// Each layer group (full-attention layers, sliding-window layers; with a
+// split model, the CPU's layers and the GPU's) has its own region, in the
+// memory of the device that runs its layers. A block of a group with
 // n_layers layers is laid out
 //   [layer in group][K, V][kv_head][slot in block][head_dim]
 // so one head's keys for a block are contiguous and attention streams them.
@@ -26,7 +27,6 @@ inline uint32_t first_visible(uint32_t pos, uint32_t window) {
 }
 
 struct KvLayout {
-    DevPtr base;  // the region, in the backend's memory
     KvDtype dtype = KvDtype::F16;
     uint32_t block_size = 16;  // tokens per block
     uint32_t n_head_kv = 0;
@@ -35,26 +35,25 @@ struct KvLayout {
     uint64_t k_row_bytes = 0;  // one head's K row of one token
     uint64_t v_row_bytes = 0;
     uint64_t layer_bytes = 0;  // one layer's K and V in one block
-    // Per group: byte offset of its first block in the region, and bytes per
-    // block (layer_bytes × its layers).
-    std::vector<uint64_t> group_offset_bytes;
+    // Per group: its region (in the memory of the backend that runs its
+    // layers), and bytes per block (layer_bytes × its layers).
+    std::vector<DevPtr> group_base;
     std::vector<uint64_t> group_block_bytes;
     // Per model layer: its group and its index within the group.
     std::vector<uint32_t> group_of_layer;
     std::vector<uint32_t> index_in_group;
 
-    // Byte offsets from `base` of block `block`, of head h's keys (values)
-    // of a layer: block_size rows of k_row_bytes (v_row_bytes).
+    // The region a layer's rows are in.
+    DevPtr base_of_layer(uint32_t layer) const { return group_base[group_of_layer[layer]]; }
+    // Byte offsets from base_of_layer(layer) of block `block`, of head h's
+    // keys (values) of a layer: block_size rows of k_row_bytes (v_row_bytes).
     uint64_t k_offset(uint32_t layer, int32_t block, uint32_t h) const {
         const uint32_t g = group_of_layer[layer];
-        return group_offset_bytes[g] + static_cast<uint64_t>(block) * group_block_bytes[g] +
+        return static_cast<uint64_t>(block) * group_block_bytes[g] +
                index_in_group[layer] * layer_bytes + uint64_t{h} * block_size * k_row_bytes;
     }
     uint64_t v_offset(uint32_t layer, int32_t block, uint32_t h) const {
-        const uint32_t g = group_of_layer[layer];
-        return group_offset_bytes[g] + static_cast<uint64_t>(block) * group_block_bytes[g] +
-               index_in_group[layer] * layer_bytes +
-               uint64_t{n_head_kv} * block_size * k_row_bytes +
+        return k_offset(layer, block, 0) + uint64_t{n_head_kv} * block_size * k_row_bytes +
                uint64_t{h} * block_size * v_row_bytes;
     }
 };

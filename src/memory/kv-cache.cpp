@@ -16,18 +16,15 @@ uint64_t chain_hash(uint64_t previous, std::span<const int32_t> tokens) {
 }
 
 KvCache::KvCache(const MemoryPlan& plan, const HParams& hp, bool enable_prefix_caching,
-                 kernels::Backend& backend)
+                 kernels::Backend& backend, kernels::Backend* host)
     : groups_(plan.kv_groups),
       layer_group_(hp.n_layer, 0),
       layer_index_(hp.n_layer, 0),
       block_size_(plan.config.block_size),
       max_blocks_per_table_((plan.config.max_model_len + plan.config.block_size - 1) /
                             plan.config.block_size),
-      prefix_caching_(enable_prefix_caching),
-      backend_(backend),
-      region_(backend, Term::KvCache, plan.kv_cache_bytes, "KV cache") {
+      prefix_caching_(enable_prefix_caching) {
     kernels::KvLayout& l = layout_;
-    l.base = region_.ptr();
     l.dtype = plan.config.kv_dtype;
     l.block_size = block_size_;
     l.n_head_kv = hp.n_head_kv;
@@ -39,9 +36,15 @@ KvCache::KvCache(const MemoryPlan& plan, const HParams& hp, bool enable_prefix_c
     l.layer_bytes = uint64_t{l.n_head_kv} * block_size_ * (l.k_row_bytes + l.v_row_bytes);
     l.group_of_layer.assign(hp.n_layer, 0);
     l.index_in_group.assign(hp.n_layer, 0);
-    uint64_t offset = 0;
+    uint64_t device_bytes = 0;
     for (size_t g = 0; g < groups_.size(); ++g) {
         const KvGroupPlan& gp = groups_[g];
+        kernels::Backend* b = gp.on_host ? host : &backend;
+        HR_CHECK_MSG(b, "a plan with layers on the host needs the host's backend");
+        backend_of_group_.push_back(b);
+        regions_.emplace_back(*b, Term::KvCache, gp.n_blocks * gp.block_bytes,
+                              gp.on_host ? "KV cache (host layers)" : "KV cache");
+        if (!gp.on_host) device_bytes += gp.n_blocks * gp.block_bytes;
         if (gp.kind == AttentionKind::Latent)
             fail("latent (MLA) attention is planned but not run by this engine");
         HR_CHECK(gp.block_bytes == gp.layers.size() * l.layer_bytes);
@@ -51,13 +54,32 @@ KvCache::KvCache(const MemoryPlan& plan, const HParams& hp, bool enable_prefix_c
             l.group_of_layer[gp.layers[i]] = static_cast<uint32_t>(g);
             l.index_in_group[gp.layers[i]] = i;
         }
-        l.group_offset_bytes.push_back(offset);
+        l.group_base.push_back(regions_.back().ptr());
         l.group_block_bytes.push_back(gp.block_bytes);
         pools_.push_back(std::make_unique<KvBlockPool>(static_cast<uint32_t>(gp.n_blocks),
                                                        block_size_, gp.block_bytes));
-        offset += gp.n_blocks * gp.block_bytes;
     }
-    HR_CHECK(offset == plan.kv_cache_bytes);
+    HR_CHECK(device_bytes == plan.kv_cache_bytes);
+}
+
+uint64_t KvCache::capacity_bytes() const {
+    uint64_t n = 0;
+    for (const auto& r : regions_) n += r.size_bytes();
+    return n;
+}
+
+uint64_t KvCache::host_capacity_bytes() const {
+    uint64_t n = 0;
+    for (size_t g = 0; g < groups_.size(); ++g)
+        if (groups_[g].on_host) n += regions_[g].size_bytes();
+    return n;
+}
+
+uint64_t KvCache::host_used_bytes() const {
+    uint64_t n = 0;
+    for (size_t g = 0; g < groups_.size(); ++g)
+        if (groups_[g].on_host) n += uint64_t{pools_[g]->n_used()} * pools_[g]->block_bytes();
+    return n;
 }
 
 uint64_t KvCache::used_bytes() const {
@@ -261,9 +283,9 @@ bool KvCache::fork(const SeqKv& parent, SeqKv& child) {
             if (table[i] < 0) continue;
             if (partial && i + 1 == table.size()) {
                 const uint64_t bb = layout_.group_block_bytes[g];
-                const kernels::DevPtr group = layout_.base + layout_.group_offset_bytes[g];
-                backend_.copy_block(group + static_cast<uint64_t>(copies[g]) * bb,
-                                    group + static_cast<uint64_t>(table[i]) * bb, bb);
+                const kernels::DevPtr group = layout_.group_base[g];
+                backend_of_group_[g]->copy_block(group + static_cast<uint64_t>(copies[g]) * bb,
+                                                 group + static_cast<uint64_t>(table[i]) * bb, bb);
                 table[i] = copies[g];
             } else {
                 pools_[g]->retain(table[i]);

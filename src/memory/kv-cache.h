@@ -41,10 +41,11 @@ struct PrefixCacheStats {
 
 class KvCache {
   public:
-    // Takes the region (the plan's kv_cache_bytes) from the backend and builds
-    // one pool per group.
+    // Takes each group's region from the backend that runs its layers (`host`
+    // for the groups the plan puts on the host, `backend` for the others) and
+    // builds one pool per group.
     KvCache(const MemoryPlan& plan, const HParams& hp, bool enable_prefix_caching,
-            kernels::Backend& backend);
+            kernels::Backend& backend, kernels::Backend* host = nullptr);
 
     uint32_t block_size() const { return block_size_; }
     size_t n_groups() const { return pools_.size(); }
@@ -56,7 +57,10 @@ class KvCache {
 
     // Blocks in use and allocatable, summed over groups.
     uint64_t used_bytes() const;
-    uint64_t capacity_bytes() const { return region_.size_bytes(); }
+    uint64_t capacity_bytes() const;
+    // Bytes of the groups on the host, and in use there.
+    uint64_t host_capacity_bytes() const;
+    uint64_t host_used_bytes() const;
     // Where the blocks are: what the backend's kernels read.
     const kernels::KvLayout& layout() const { return layout_; }
     uint64_t n_blocks_total() const;
@@ -116,8 +120,8 @@ class KvCache {
     uint32_t block_size_;
     uint32_t max_blocks_per_table_;  // table entries of a max_model_len sequence
     bool prefix_caching_;
-    kernels::Backend& backend_;
-    kernels::DeviceBuffer region_;
+    std::vector<kernels::Backend*> backend_of_group_;
+    std::vector<kernels::DeviceBuffer> regions_;  // per group
     kernels::KvLayout layout_;
     std::vector<std::unique_ptr<KvBlockPool>> pools_;
     PrefixCacheStats prefix_stats_;

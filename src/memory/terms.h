@@ -105,6 +105,9 @@ struct KvGroupPlan {
     uint64_t block_bytes = 0;         // bytes_per_token × block_size
     uint32_t max_blocks_per_seq = 0;  // blocks one sequence of max_model_len holds at once
     uint64_t n_blocks = 0;            // blocks in the pool
+    // Its layers run on the CPU (a split model's first layers): the pool is
+    // host memory, not the GPU's.
+    bool on_host = false;
 };
 
 struct RuntimeBreakdown {

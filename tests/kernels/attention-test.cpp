@@ -70,7 +70,7 @@ struct CacheFixture {
         plan = plan_memory(m, c, b);
         cache = std::make_unique<KvCache>(plan, m.hp, false, cpu);
         const KvLayout& kv = cache->layout();
-        uint8_t* base = cpu.host(kv.base);
+        uint8_t* base = cpu.host(kv.base_of_layer(0));
         std::mt19937 rng(seed);
         std::normal_distribution<float> normal(0.0f, 1.0f);
         std::vector<float> row(s.head_dim);
@@ -109,7 +109,7 @@ struct CacheFixture {
         a.seq_of_token = step.seq_of_token();
         a.step = &step;
         a.kv = &cache->layout();
-        a.kv_base = cpu.host(cache->layout().base);
+        a.kv_base = cpu.host(cache->layout().base_of_layer(0));
         a.layer = 0;
         a.n_head = s.n_head;
         a.n_head_kv = s.n_head_kv;

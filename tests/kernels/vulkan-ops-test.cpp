@@ -450,10 +450,12 @@ struct KvFixture {
         return make_step_view(all, *gpu_cache, w);
     }
 
-    // The GPU's KV region, copied into the CPU cache's.
+    // The GPU's KV regions, copied into the CPU cache's.
     void copy_to_cpu() {
         const KvLayout& l = gpu_cache->layout();
-        gpu().be->download(cpu.host(cpu_cache->layout().base), l.base, plan.kv_cache_bytes);
+        for (size_t g = 0; g < plan.kv_groups.size(); ++g)
+            gpu().be->download(cpu.host(cpu_cache->layout().group_base[g]), l.group_base[g],
+                               plan.kv_groups[g].n_blocks * plan.kv_groups[g].block_bytes);
     }
 };
 
@@ -493,26 +495,28 @@ TEST_P(VulkanKv, StoreKvWritesTheReferenceBytesAndAttentionMatchesTheReference) 
         step(all_view,
              [&](Backend& be) { be.store_kv(f.gpu_cache->layout(), layer, all_view, kb.p, vb.p); });
     f.copy_to_cpu();
-    // The CPU's store_row into the CPU cache for the same slots.
-    std::vector<uint8_t> want(f.plan.kv_cache_bytes);
+    // The CPU's store_row into a copy of each group's region for the same slots.
+    const KvLayout& l = f.cpu_cache->layout();
+    std::vector<std::vector<uint8_t>> want;
+    for (const auto& gp : f.plan.kv_groups) want.emplace_back(gp.n_blocks * gp.block_bytes);
     {
-        const KvLayout& l = f.cpu_cache->layout();
         for (uint32_t layer = 0; layer < 2; ++layer)
             for (uint32_t t = 0; t < T; ++t) {
                 const int32_t slot = all_view.slot(l.group_of_layer[layer], t);
                 const int32_t block = slot / static_cast<int32_t>(s.block_size);
                 const uint32_t r = static_cast<uint32_t>(slot) % s.block_size;
+                uint8_t* region = want[l.group_of_layer[layer]].data();
                 for (uint32_t h = 0; h < s.n_head_kv; ++h) {
                     store_row(k.data() + (t * s.n_head_kv + h) * s.head_dim, s.head_dim, dtype,
-                              want.data() + l.k_offset(layer, block, h) + r * l.k_row_bytes);
+                              region + l.k_offset(layer, block, h) + r * l.k_row_bytes);
                     store_row(v.data() + (t * s.n_head_kv + h) * s.head_dim, s.head_dim, dtype,
-                              want.data() + l.v_offset(layer, block, h) + r * l.v_row_bytes);
+                              region + l.v_offset(layer, block, h) + r * l.v_row_bytes);
                 }
             }
     }
-    const uint8_t* got_kv = f.cpu.host(f.cpu_cache->layout().base);
-    ASSERT_EQ(std::memcmp(got_kv, want.data(), want.size()), 0)
-        << "store_kv's bytes differ from store_row's";
+    for (size_t g = 0; g < want.size(); ++g)
+        ASSERT_EQ(std::memcmp(f.cpu.host(l.group_base[g]), want[g].data(), want[g].size()), 0)
+            << "store_kv's bytes differ from store_row's in group " << g;
 
     const uint32_t n_q = f.view.n_tokens;
     const auto q = random_vec(n_q * s.n_head * s.head_dim, 23, 2.0f);
@@ -540,7 +544,7 @@ TEST_P(VulkanKv, StoreKvWritesTheReferenceBytesAndAttentionMatchesTheReference) 
         a.seq_of_token = f.view.seq_of_token();
         a.step = &f.view;
         a.kv = &f.cpu_cache->layout();
-        a.kv_base = got_kv;
+        a.kv_base = f.cpu.host(l.base_of_layer(layer));
         a.layer = layer;
         a.n_head = s.n_head;
         a.n_head_kv = s.n_head_kv;

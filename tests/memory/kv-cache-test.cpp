@@ -191,7 +191,7 @@ TEST(KvCache, ForkSharesFullBlocksAndCopiesThePartialOne) {
     KvCache cache(plan_with_blocks(m, 16 * 1024), m.hp, true, cpu());
     SeqKv parent;
     ASSERT_TRUE(cache.grow(parent, 6));
-    uint8_t* region = cpu().host(cache.layout().base);
+    uint8_t* region = cpu().host(cache.layout().group_base[0]);
     std::memset(region + parent.tables[0][1] * 1024, 0x5A, 1024);
     SeqKv child;
     ASSERT_TRUE(cache.fork(parent, child));

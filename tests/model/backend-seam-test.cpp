@@ -164,7 +164,7 @@ class CountingBackend final : public kernels::Backend {
     }
     static kernels::KvLayout in(const kernels::KvLayout& kv) {
         kernels::KvLayout l = kv;
-        l.base = in(kv.base);
+        for (auto& b : l.group_base) b = in(b);
         return l;
     }
 

@@ -254,7 +254,7 @@ void CpuBackend::store_kv(const KvLayout& kv, uint32_t layer, const StepView& st
     const uint32_t g = kv.group_of_layer[layer];
     const float* kf = f32(k);
     const float* vf = f32(v);
-    uint8_t* base = host(kv.base);
+    uint8_t* base = host(kv.base_of_layer(layer));
     for (uint32_t t = 0; t < step.n_tokens; ++t) {
         const int32_t slot = step.slot(g, t);
         HR_DCHECK(slot >= 0);
@@ -278,7 +278,7 @@ void CpuBackend::attention(const KvLayout& kv, const StepView& step, const Atten
     a.seq_of_token = step.seq_of_token();
     a.step = &step;
     a.kv = &kv;
-    a.kv_base = host(kv.base);
+    a.kv_base = host(kv.base_of_layer(op.layer));
     a.layer = op.layer;
     a.n_head = op.n_head;
     a.n_head_kv = op.n_head_kv;

@@ -713,19 +713,18 @@ void VulkanBackend::rope(DevPtr x, const StepView& step, const RopeArgs& args,
 void VulkanBackend::store_kv(const KvLayout& kv, uint32_t layer, const StepView& step, DevPtr k,
                              DevPtr v) {
     const uint32_t g = kv.group_of_layer[layer];
-    StoreKvArgs a{
-        address(k),
-        address(v),
-        address(kv.base) + kv.group_offset_bytes[g] + kv.index_in_group[layer] * kv.layer_bytes,
-        step_address(step.at.slots + g * step.n_tokens),
-        static_cast<uint32_t>(kv.group_block_bytes[g]),
-        kv.block_size,
-        static_cast<uint32_t>(kv.k_row_bytes),
-        static_cast<uint32_t>(kv.v_row_bytes),
-        static_cast<uint32_t>(uint64_t{kv.n_head_kv} * kv.block_size * kv.k_row_bytes),
-        kv.n_head_kv,
-        kv.head_dim_k,
-        kv.head_dim_v};
+    StoreKvArgs a{address(k),
+                  address(v),
+                  address(kv.base_of_layer(layer)) + kv.index_in_group[layer] * kv.layer_bytes,
+                  step_address(step.at.slots + g * step.n_tokens),
+                  static_cast<uint32_t>(kv.group_block_bytes[g]),
+                  kv.block_size,
+                  static_cast<uint32_t>(kv.k_row_bytes),
+                  static_cast<uint32_t>(kv.v_row_bytes),
+                  static_cast<uint32_t>(uint64_t{kv.n_head_kv} * kv.block_size * kv.k_row_bytes),
+                  kv.n_head_kv,
+                  kv.head_dim_k,
+                  kv.head_dim_v};
     const uint32_t width = std::max(kv.head_dim_k, kv.head_dim_v);
     const uint32_t items = kv.dtype == KvDtype::Q8_0 ? div_up(width, 32) : width;
     dispatch(ShaderName("store-kv-{}", kv_name(kv.dtype)), a, div_up(items, 64), kv.n_head_kv,
@@ -738,7 +737,7 @@ void VulkanBackend::attention(const KvLayout& kv, const StepView& step, const At
     AttentionArgsGpu a{
         address(op.q),
         address(op.out),
-        address(kv.base) + kv.group_offset_bytes[g] + kv.index_in_group[op.layer] * kv.layer_bytes,
+        address(kv.base_of_layer(op.layer)) + kv.index_in_group[op.layer] * kv.layer_bytes,
         address(step_device_),
         step.at.positions,
         step.at.seq_of_token,

@@ -110,10 +110,10 @@ void add_bench_serve_subcommand(CLI::App& bench) {
         RunnerOptions ro = runner_options(o->engine, std::max<uint32_t>(16, o->concurrency));
         BackendOptions bo = backend_options(o->engine, ro);
         bo.progress = !o->json;
-        LoadedModel lm = load_model(o->engine.model, bo);
-        apply_device_budget(ro, *lm.backend);
-        Runner runner(*lm.model, lm.desc, ro, *lm.backend);
-        lm.backend->make_resident(!o->json);
+        LoadedModel lm = open_model(o->engine.model, bo);
+        load_weights(lm, ro, bo);
+        Runner runner(*lm.model, lm.desc, ro, *lm.backend, lm.cpu.get());
+        make_resident(lm, !o->json);
         EngineMetrics metrics;
         Engine engine(runner, *lm.tokenizer, metrics);
 

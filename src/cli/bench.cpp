@@ -120,11 +120,7 @@ void run_bench(const Opts& o) {
     RunnerOptions ro = runner_options(o.engine, 1);
     BackendOptions bo = backend_options(o.engine, ro);
     bo.progress = !o.json;
-    const LoadedModel lm = load_model(o.engine.model, bo);
-    apply_device_budget(ro, *lm.backend);
-    const Model& model = *lm.model;
-    const HParams& hp = model.hparams();
-
+    LoadedModel lm = open_model(o.engine.model, bo);
     ro.prefix_caching = false;  // every repetition computes its prompt
     const uint32_t n_ctx = o.n_prompt + o.n_gen + 1;
     if (ro.config.max_model_len == 0) ro.config.max_model_len = n_ctx;
@@ -133,14 +129,20 @@ void run_bench(const Opts& o) {
     if (ro.config.max_num_batched_tokens == 0)
         ro.config.max_num_batched_tokens = std::clamp<uint32_t>(o.n_prompt, 1, 512);
     ro.config.max_logit_rows = 1;
+    load_weights(lm, ro, bo);
+    const Model& model = *lm.model;
+    const HParams& hp = model.hparams();
     if (o.engine.kv_cache_memory.empty()) {
         // Exactly one sequence's worth, rather than what --mem-fraction leaves.
         BudgetSpec probe = ro.budget;
         probe.kv_cache_bytes = 1;
-        ro.budget.kv_cache_bytes = plan_memory(lm.desc, ro.config, probe).kv_bytes_per_seq;
+        EngineConfig placed = ro.config;
+        placed.device = lm.backend->ledger().device();
+        placed.n_cpu_layers = model.n_cpu_layers();
+        ro.budget.kv_cache_bytes = plan_memory(lm.desc, placed, probe).kv_bytes_per_seq;
     }
-    Runner runner(model, lm.desc, ro, *lm.backend);
-    lm.backend->make_resident(!o.json);
+    Runner runner(model, lm.desc, ro, *lm.backend, lm.cpu.get());
+    make_resident(lm, !o.json);
     // The read-bandwidth probe is the CPU's; a GPU's decode is reported in
     // bytes per second alone.
     auto* cpu = dynamic_cast<kernels::CpuBackend*>(lm.backend.get());
@@ -247,6 +249,7 @@ void run_bench(const Opts& o) {
         // The last decode step's traffic between host and device (zero on the CPU).
         const kernels::StepStats st = lm.backend->last_step();
         j["backend"] = lm.backend->name();
+        j["n_cpu_layers"] = model.n_cpu_layers();
         j["decode_step"] = {{"submits", st.n_submits},
                             {"waits", st.n_waits},
                             {"dispatches", st.n_dispatches},
@@ -259,6 +262,12 @@ void run_bench(const Opts& o) {
     if (cpu)
         fmt::print("backend      {}, {} threads, activations {}, kv {}\n", isa, n_threads,
                    precision, name(runner.plan().config.kv_dtype));
+    else if (model.n_cpu_layers() > 0)
+        fmt::print(
+            "backend      {} (f32 shaders), kv {}; the first {} of {} layers on the CPU ({} "
+            "threads)\n",
+            isa, name(runner.plan().config.kv_dtype), model.n_cpu_layers(), hp.n_layer,
+            runner.plan().config.n_threads);
     else
         fmt::print("backend      {} (f32 shaders), kv {}\n", isa,
                    name(runner.plan().config.kv_dtype));

@@ -52,6 +52,12 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f, uint32_t default_num_seqs) 
                     "for a smaller GPU");
     cmd->add_option("--reserve", f.reserve,
                     "A GPU's memory to leave to other programs before --mem-fraction (1GiB...)");
+    cmd->add_option("--n-gpu-layers", f.n_gpu_layers,
+                    "Layers on the GPU (-ngl, as llama.cpp), the rest (the first ones) on the CPU "
+                    "with their weights and "
+                    "KV in host memory: auto (default: the most whose weights, KV for one "
+                    "max-model-len sequence, activations and runtime fit the GPU's budget; every "
+                    "layer on the CPU if none does), all, or a number");
     cmd->add_flag("--enable-prefix-caching,!--no-prefix-caching", f.prefix_caching,
                   "Prefix caching (on by default): requests sharing a prompt prefix reuse its KV "
                   "blocks");
@@ -85,15 +91,16 @@ BackendOptions backend_options(const EngineFlags& f, const RunnerOptions& runner
             "--device-memory and --reserve are for a GPU (--device vulkan); the CPU's budget is "
             "--mem-fraction of host memory or --kv-cache-memory");
     b.mem_fraction = runner.budget.mem_fraction;
+    if (!f.n_gpu_layers.empty()) {
+        b.gpu_layers = parse_gpu_layers(f.n_gpu_layers);
+        const bool none = b.gpu_layers.kind == GpuLayers::Kind::Count && b.gpu_layers.count == 0;
+        if (b.device.kind == DeviceKind::Cpu && !none)
+            fail(
+                "--n-gpu-layers {} needs a GPU: add --device vulkan (`headroom devices` lists "
+                "them)",
+                f.n_gpu_layers);
+    }
     return b;
-}
-
-void apply_device_budget(RunnerOptions& o, const kernels::Backend& backend) {
-    if (backend.is_host()) return;
-    o.budget.device_bytes = device_budget_bytes(backend);
-    // One host thread drives the device: no worker pool, no worker stacks.
-    o.config.n_threads = 1;
-    o.budget.device_context_bytes = backend.device_context_bytes();
 }
 
 RunnerOptions runner_options(const EngineFlags& f, uint32_t default_num_seqs) {

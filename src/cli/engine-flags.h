@@ -26,6 +26,7 @@ struct EngineFlags {
     std::string device = "cpu";  // cpu, vulkan, vulkan:N
     std::string device_memory;   // a GPU's memory in place of its heap's (tests, smaller GPUs)
     std::string reserve;         // a GPU's memory left to others
+    std::string n_gpu_layers;    // auto, all or N; empty: auto
 };
 
 // Registers the flags on `cmd`; `default_num_seqs` is shown as the default of --max-num-seqs.
@@ -43,9 +44,5 @@ RunnerOptions runner_options(const EngineFlags& flags, uint32_t default_num_seqs
 
 // The backend --device names, with its own flags.
 BackendOptions backend_options(const EngineFlags& flags, const RunnerOptions& runner);
-
-// A GPU's budget in place of the host's, and one host thread: the runner's
-// options once the backend is open (nothing changes for the CPU).
-void apply_device_budget(RunnerOptions& options, const kernels::Backend& backend);
 
 }  // namespace headroom::cli

@@ -70,10 +70,8 @@ void add_eval_command(CLI::App& app) {
     cmd->add_option("--ctx", o->ctx, "Window size in tokens (default: all tokens in one window)");
     cmd->callback([o] {
         RunnerOptions ro = runner_options(o->engine, 1);
-        const LoadedModel lm = load_model(o->engine.model, backend_options(o->engine, ro));
-        apply_device_budget(ro, *lm.backend);
-        const Model* model = lm.model.get();
-        const ModelDesc& desc = lm.desc;
+        const BackendOptions bo = backend_options(o->engine, ro);
+        LoadedModel lm = open_model(o->engine.model, bo);
         std::vector<int32_t> tokens;
         if (!o->text_file.empty()) {
             std::ifstream in(o->text_file, std::ios::binary);
@@ -87,7 +85,7 @@ void add_eval_command(CLI::App& app) {
             fail("eval: give --tokens IDS or -f FILE");
         }
         if (tokens.size() < 2) fail("--tokens: need at least 2 tokens to score");
-        const uint32_t n_vocab = model->hparams().n_vocab;
+        const uint32_t n_vocab = lm.desc.hp.n_vocab;
         for (int32_t t : tokens)
             if (static_cast<uint32_t>(t) >= n_vocab)
                 fail("--tokens: id {} is outside the vocabulary of {}", t, n_vocab);
@@ -99,8 +97,10 @@ void add_eval_command(CLI::App& app) {
             ro.config.max_num_batched_tokens = std::min<uint32_t>(ctx, 512);
         ro.config.max_logit_rows = ro.config.max_num_batched_tokens;
         ro.prefix_caching = false;
-        Runner runner(*model, desc, ro, *lm.backend);
-        lm.backend->make_resident(true);
+        load_weights(lm, ro, bo);
+        const Model* model = lm.model.get();
+        Runner runner(*model, lm.desc, ro, *lm.backend, lm.cpu.get());
+        make_resident(lm, true);
 
         std::unique_ptr<FILE, int (*)(FILE*)> out(nullptr, &std::fclose);
         if (!o->logits_out.empty()) {

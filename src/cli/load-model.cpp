@@ -1,5 +1,7 @@
 #include "cli/load-model.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 
 #include "core/error.h"
@@ -27,6 +29,21 @@ DeviceChoice parse_device(const std::string& text) {
         return d;
     }
     fail("--device '{}': expected cpu, vulkan or vulkan:N", text);
+}
+
+GpuLayers parse_gpu_layers(const std::string& text) {
+    GpuLayers g;
+    if (text == "auto") return g;
+    if (text == "all") {
+        g.kind = GpuLayers::Kind::All;
+        return g;
+    }
+    g.kind = GpuLayers::Kind::Count;
+    const char* end = text.data() + text.size();
+    auto [p, ec] = std::from_chars(text.data(), end, g.count);
+    if (text.empty() || ec != std::errc() || p != end)
+        fail("--n-gpu-layers '{}': expected auto, all or a number of layers", text);
+    return g;
 }
 
 std::unique_ptr<kernels::Backend> make_backend(const BackendOptions& o, Ledger& host) {
@@ -58,17 +75,67 @@ uint64_t device_budget_bytes(const kernels::Backend& backend) {
     return 0;
 }
 
-LoadedModel load_model(const std::string& path_or_name, const BackendOptions& options) {
+LoadedModel open_model(const std::string& path_or_name, const BackendOptions& options) {
     LoadedModel m;
     m.host_ledger = std::make_unique<Ledger>("host");
     m.backend = make_backend(options, *m.host_ledger);
     m.file =
         std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(resolve_model_path(path_or_name)));
-    m.model = Model::load(*m.file, *m.backend);
     m.tokenizer = Tokenizer::from_gguf(*m.file);
     m.desc = describe_gguf(*m.file);
     m.desc.tokenizer_bytes = m.tokenizer->memory_bytes();
+    return m;
+}
+
+namespace {
+
+void upload(LoadedModel& m, uint32_t n_cpu_layers) {
+    m.model = Model::load(*m.file, *m.backend, m.cpu.get(), n_cpu_layers);
     m.desc.weight_bytes += m.model->converted_bytes();
+}
+
+}  // namespace
+
+void load_weights(LoadedModel& m, RunnerOptions& ro, const BackendOptions& options) {
+    if (m.backend->is_host()) return upload(m, 0);
+    const RunnerOptions on_host = ro;
+    const uint32_t host_threads = ro.config.n_threads;
+    ro.budget.host_bytes = ro.budget.device_bytes;
+    ro.budget.device_bytes = device_budget_bytes(*m.backend);
+    ro.budget.device_context_bytes = m.backend->device_context_bytes();
+    EngineConfig c = ro.config;
+    c.device = m.backend->ledger().device();
+    const LayerPlacement placed = place_layers(m.desc, c, ro.budget, options.gpu_layers);
+    if (!placed.on_gpu) {
+        // Every layer on the CPU: its backend and the host's budget.
+        fmt::print(stderr, "note: {}\n", placed.note);
+        m.backend.reset();
+        BackendOptions cpu = options;
+        cpu.device = {};
+        m.backend = make_backend(cpu, *m.host_ledger);
+        ro = on_host;
+        return upload(m, 0);
+    }
+    if (!placed.plan.fits) throw Error(placed.plan.refusal);
+    if (placed.n_cpu_layers > 0) {
+        if (!placed.note.empty()) fmt::print(stderr, "note: {}\n", placed.note);
+        m.cpu =
+            std::make_unique<kernels::CpuBackend>(*m.host_ledger, static_cast<int>(host_threads));
+    } else {
+        // One host thread drives the device: no worker pool, no worker stacks.
+        ro.config.n_threads = 1;
+    }
+    upload(m, placed.n_cpu_layers);
+}
+
+void make_resident(LoadedModel& m, bool progress) {
+    if (m.cpu) m.cpu->make_resident(progress);
+    m.backend->make_resident(progress);
+}
+
+LoadedModel load_model(const std::string& path_or_name, const BackendOptions& options) {
+    LoadedModel m = open_model(path_or_name, options);
+    upload(m, 0);
     return m;
 }
 

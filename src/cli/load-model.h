@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/ledger.h"
+#include "engine/runner.h"
 #include "format/gguf-reader.h"
 #include "kernels/backend.h"
 #include "memory/terms.h"
@@ -33,13 +34,18 @@ struct BackendOptions {
     uint64_t reserve_bytes = 0;        // a GPU's memory left to others
     double mem_fraction = 0.9;
     bool progress = true;
+    GpuLayers gpu_layers;  // --n-gpu-layers (auto by default)
 };
 
-// Members are destroyed in reverse order: the model before the backend it
-// holds weights in, the backend before the ledger it counts in.
+// "auto", "all" or a count. Throws headroom::Error naming --n-gpu-layers.
+GpuLayers parse_gpu_layers(const std::string& text);
+
+// Members are destroyed in reverse order: the model before the backends it
+// holds weights in, the backends before the ledger they count in.
 struct LoadedModel {
     std::unique_ptr<Ledger> host_ledger;
     std::unique_ptr<kernels::Backend> backend;
+    std::unique_ptr<kernels::Backend> cpu;  // a split model's CPU part, else null
     std::unique_ptr<gguf::GgufFile> file;
     std::unique_ptr<Model> model;
     std::unique_ptr<Tokenizer> tokenizer;
@@ -53,7 +59,23 @@ std::unique_ptr<kernels::Backend> make_backend(const BackendOptions& options, Le
 // --device-memory); 0 for the CPU.
 uint64_t device_budget_bytes(const kernels::Backend& backend);
 
-// Throws headroom::Error with one clear line for any problem.
+// Opens the backend, the file and the tokenizer, and describes the model
+// (no weights loaded yet). Throws headroom::Error with one clear line for
+// any problem.
+LoadedModel open_model(const std::string& path_or_name, const BackendOptions& options);
+
+// Loads the weights for the runner `ro` configures. On a GPU: the device's
+// budget in place of the host's, one host thread unless layers stay on the
+// CPU, and the layers placed by options.gpu_layers (place_layers, said in
+// one line when not all go to the GPU; every layer on the CPU, said too,
+// when auto finds none that fits). Throws headroom::Error with the numbers
+// when an explicit --n-gpu-layers does not fit.
+void load_weights(LoadedModel& m, RunnerOptions& ro, const BackendOptions& options);
+
+// Brings the weights of every backend the model runs on into memory.
+void make_resident(LoadedModel& m, bool progress);
+
+// Both, every layer on the one backend.
 LoadedModel load_model(const std::string& path_or_name, const BackendOptions& options = {});
 
 }  // namespace headroom::cli

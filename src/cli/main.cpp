@@ -7,6 +7,8 @@
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <string_view>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -29,8 +31,13 @@ int main(int argc, char** argv) {
     headroom::cli::add_synth_command(app);
     headroom::cli::add_eval_command(app);
     headroom::cli::add_bench_command(app);
+    // llama.cpp's -ngl, which CLI11 cannot name (one dash, several letters).
+    std::vector<char*> args(argv, argv + argc);
+    static char n_gpu_layers[] = "--n-gpu-layers";
+    for (char*& a : args)
+        if (std::string_view(a) == "-ngl") a = n_gpu_layers;
     try {
-        app.parse(argc, argv);
+        app.parse(static_cast<int>(args.size()), args.data());
     } catch (const CLI::ParseError& e) {
         // --help and --version print and exit 0; a usage error prints and
         // exits 2, as getopt-style tools do, not with CLI11's own numbers.

@@ -41,6 +41,7 @@ struct PlanOptions {
     std::string kv_dtype = "f16";
     uint32_t threads = 0;
     uint32_t cpu_layers = 0;
+    std::string n_gpu_layers;  // auto, all or N
     bool swa_full = false;
     bool fit = false;
     bool compare_quant = false;
@@ -200,8 +201,34 @@ json devices_json(const MemoryPlan& mp) {
     return out;
 }
 
+// What --n-gpu-layers auto does on a GPU with these settings: the engine's
+// placement, as n_gpu_layers and the other engines' flags.
+struct AutoLayers {
+    bool known = false;  // a GPU plan of a model with layers
+    LayerPlacement placed;
+    Plan plan;  // its plan (when placed.on_gpu)
+    uint32_t n_layer = 0;
+    uint32_t n_gpu_layers() const { return placed.on_gpu ? n_layer - placed.n_cpu_layers : 0; }
+};
+
+json auto_layers_json(const PlanModel& m, const Device& d, const AutoLayers& a) {
+    if (!a.known) return nullptr;
+    const bool on = a.placed.on_gpu && a.plan.mem.fits;
+    return {{"n_gpu_layers", a.n_gpu_layers()},
+            {"n_cpu_layers", a.placed.on_gpu ? a.placed.n_cpu_layers : a.n_layer},
+            {"n_layer", a.n_layer},
+            {"note", a.placed.note.empty() ? json(nullptr) : json(a.placed.note)},
+            {"headroom", on ? json(headroom_command(m, d, a.plan)) : json(nullptr)},
+            {"llama_cpp", on && !llama_cpp_command(m, d, a.plan).empty()
+                              ? json(llama_cpp_command(m, d, a.plan))
+                              : json(nullptr)},
+            {"vllm", on && !vllm_command(m, d, a.plan).empty() ? json(vllm_command(m, d, a.plan))
+                                                               : json(nullptr)}};
+}
+
 json plan_json(const PlanModel& m, const Device& d, const Plan& p, const Capacity& cap,
-               const std::vector<Suggestion>& sugg, const std::vector<QuantRow>* quant) {
+               const std::vector<Suggestion>& sugg, const std::vector<QuantRow>* quant,
+               const AutoLayers& auto_layers) {
     const MemoryPlan& mp = p.mem;
     const auto& c = mp.config;
     const TermFormulas f = formulas(m, p);
@@ -276,6 +303,7 @@ json plan_json(const PlanModel& m, const Device& d, const Plan& p, const Capacit
     json js = json::array();
     for (const auto& s : sugg) js.push_back(suggestion_json(s));
     out["suggestions"] = js;
+    out["gpu_layers_auto"] = auto_layers_json(m, d, auto_layers);
     if (quant) {
         json rows = json::array();
         for (const auto& r : *quant)
@@ -350,9 +378,26 @@ void print_compare(const PlanModel& m, const Device& d, const Plan& base,
                format_bytes(base.mem.kv_bytes_per_seq), c.max_model_len);
 }
 
+void print_auto_layers(const PlanModel& m, const Device& d, const AutoLayers& a) {
+    if (!a.known) return;
+    fmt::print("\n--n-gpu-layers auto (what run and serve place): ");
+    if (!a.placed.on_gpu) {
+        fmt::print("every layer on the CPU: {}\n", a.placed.note);
+        return;
+    }
+    if (a.placed.n_cpu_layers == 0)
+        fmt::print("all {} layers on {}\n", a.n_layer, d.name);
+    else
+        fmt::print("{}\n", a.placed.note);
+    fmt::print("     headroom   {}\n", headroom_command(m, d, a.plan));
+    const std::string llama = llama_cpp_command(m, d, a.plan), vllm = vllm_command(m, d, a.plan);
+    if (!llama.empty()) fmt::print("     llama.cpp  {}\n", llama);
+    if (!vllm.empty()) fmt::print("     vLLM       {}\n", vllm);
+}
+
 void print_human(const PlanModel& m, const Device& d, const Plan& p, const Capacity& cap,
                  const std::vector<Suggestion>& sugg, const PlanOptions& o,
-                 const std::vector<QuantRow>* quant) {
+                 const std::vector<QuantRow>* quant, const AutoLayers& auto_layers) {
     const MemoryPlan& mp = p.mem;
     const auto& c = mp.config;
     const TermFormulas f = formulas(m, p);
@@ -362,17 +407,26 @@ void print_human(const PlanModel& m, const Device& d, const Plan& p, const Capac
                format_bytes(mp.budget_bytes), budget_text(d, p), format_bytes(p.free_bytes()));
     const int w = 12;
     fmt::print("  {:<13}{:>{}}  {}\n", "term", "bytes", w, "how");
-    fmt::print("  {:<13}{:>{}}  {}\n", "weights", format_bytes(mp.weights_bytes), w, f.weights);
+    // Each term on every device (a split's host share included).
+    fmt::print("  {:<13}{:>{}}  {}\n", "weights",
+               format_bytes(mp.weights_bytes + mp.host_weights_bytes), w, f.weights);
     for (size_t i = 0; i < f.kv_groups.size(); ++i)
         fmt::print("  {:<13}{:>{}}  {}\n", i == 0 ? "kv_cache" : "",
-                   i == 0 ? format_bytes(mp.kv_cache_bytes) : "", w, f.kv_groups[i]);
+                   i == 0 ? format_bytes(mp.kv_cache_bytes + mp.host_kv_cache_bytes) : "", w,
+                   f.kv_groups[i]);
     fmt::print("  {:<13}{:>{}}  {}\n", "", "", w, f.kv_pool);
-    fmt::print("  {:<13}{:>{}}  {}\n", "activations", format_bytes(mp.activations_bytes()), w,
+    fmt::print("  {:<13}{:>{}}  {}\n", "activations",
+               format_bytes(mp.activations_bytes() + mp.host_activations.device_bytes), w,
                f.activations);
     fmt::print("  {:<13}{:>{}}  {}\n", "runtime", format_bytes(mp.runtime_bytes()), w, f.runtime);
-    fmt::print("  {:<13}{:>{}}  budget {}\n", "total", format_bytes(mp.total_bytes()), w,
-               format_bytes(mp.budget_bytes));
-    if (p.host_bytes)
+    if (mp.split())
+        fmt::print("  {:<13}{:>{}}  {} of it on {} (its budget {}), the rest on the host\n",
+                   "total", format_bytes(mp.total_bytes()), w, format_bytes(mp.budgeted_bytes()),
+                   c.device, format_bytes(mp.budget_bytes));
+    else
+        fmt::print("  {:<13}{:>{}}  budget {}\n", "total", format_bytes(mp.total_bytes()), w,
+                   format_bytes(mp.budget_bytes));
+    if (p.host_bytes && !mp.split())
         fmt::print("  {:<13}{:>{}}  weights and KV of {} layers kept on the CPU\n", "host memory",
                    format_bytes(p.host_bytes), w, c.n_cpu_layers);
     const auto devices = mp.device_terms();
@@ -414,6 +468,7 @@ void print_human(const PlanModel& m, const Device& d, const Plan& p, const Capac
     } else if (o.fit) {
         fmt::print("\nit fits as asked: nothing to change\n");
     }
+    if (o.fit || !o.n_gpu_layers.empty()) print_auto_layers(m, d, auto_layers);
     if (quant) print_compare(m, d, p, *quant);
 }
 
@@ -466,6 +521,11 @@ void add_plan_command(CLI::App& app) {
     auto* cpu =
         cmd->add_option("--cpu-layers", o->cpu_layers,
                         "Keep the first N layers' weights and KV in host memory (GPU plans)");
+    auto* ngl =
+        cmd->add_option("--n-gpu-layers", o->n_gpu_layers,
+                        "Layers on the GPU (-ngl), the first ones on the CPU: auto (the most "
+                        "that fit, as run and serve place them), all, or a number")
+            ->excludes(cpu);
     cmd->add_flag("--swa-full", o->swa_full,
                   "Plan as if sliding-window layers cached the whole context (every layer global)");
     cmd->add_flag("--fit", o->fit, "When it does not fit: list configurations that do, best first");
@@ -474,7 +534,7 @@ void add_plan_command(CLI::App& app) {
     cmd->add_flag("--json", o->json, "Print JSON for tools");
     cmd->add_flag("--list-models", o->list_models, "List the built-in models");
     cmd->add_flag("--list-devices", o->list_devices, "List the GPU table");
-    cmd->callback([o, wt, len, seqs, kv, cpu] {
+    cmd->callback([o, wt, len, seqs, kv, cpu, ngl] {
         if (o->list_models || o->list_devices) {
             if (o->list_models)
                 for (const auto& b : builtin_models())
@@ -485,7 +545,7 @@ void add_plan_command(CLI::App& app) {
             return;
         }
         const PlanModel model = resolve_model(*o);
-        const Device device = resolve_device(*o);
+        Device device = resolve_device(*o);
         PlanSettings s;
         s.mem_fraction = o->mem_fraction;
         if (!o->kv_cache_memory.empty()) {
@@ -514,6 +574,43 @@ void add_plan_command(CLI::App& app) {
         pins.weight_type = wt->count() > 0;
         pins.cpu_layers = cpu->count() > 0;
 
+        // --n-gpu-layers auto, as the engine places the layers (the plan's
+        // own layers when given, else reported with --fit and --json).
+        AutoLayers auto_layers;
+        const uint32_t n_layer = model.desc.hp.n_layer;
+        if (device.gpu && n_layer > 0 && !pins.cpu_layers) {
+            auto_layers.known = true;
+            auto_layers.n_layer = n_layer;
+            auto_layers.placed = place_for(model, device, s, {});
+            if (auto_layers.placed.on_gpu) {
+                PlanSettings t = s;
+                t.config.n_cpu_layers = auto_layers.placed.n_cpu_layers;
+                auto_layers.plan = evaluate(model, device, t);
+            }
+            // headroom's own GPU backend places them by auto unless told.
+            if (ngl->count() || device.vulkan_index) {
+                pins.cpu_layers = true;
+                const LayerPlacement asked =
+                    ngl->count() ? place_for(model, device, s, parse_gpu_layers(o->n_gpu_layers))
+                                 : auto_layers.placed;
+                if (asked.on_gpu) {
+                    s.config.n_cpu_layers = asked.n_cpu_layers;
+                } else {
+                    // As the engine does: every layer on the CPU.
+                    if (!o->json) fmt::print("note: {}\n", asked.note);
+                    device = host_device();
+                    s.reserve_bytes = 0;
+                }
+            }
+        } else if (ngl->count()) {
+            const GpuLayers asked = parse_gpu_layers(o->n_gpu_layers);
+            if (asked.kind != GpuLayers::Kind::Count || asked.count != 0)
+                fail(
+                    "--n-gpu-layers {} needs a GPU device (--device vulkan, a GPU of the table or "
+                    "--device-memory)",
+                    o->n_gpu_layers);
+        }
+
         const Plan plan = evaluate(model, device, s);
         const Capacity cap = capacity(model, device, s);
         // Searching and comparing start from the context the plan resolved.
@@ -524,10 +621,11 @@ void add_plan_command(CLI::App& app) {
         if (o->compare_quant) quant = compare_quant(model, device, s);
         if (o->json)
             fmt::print("{}\n", plan_json(model, device, plan, cap, sugg,
-                                         o->compare_quant ? &quant : nullptr)
+                                         o->compare_quant ? &quant : nullptr, auto_layers)
                                    .dump(2));
         else
-            print_human(model, device, plan, cap, sugg, *o, o->compare_quant ? &quant : nullptr);
+            print_human(model, device, plan, cap, sugg, *o, o->compare_quant ? &quant : nullptr,
+                        auto_layers);
     });
 }
 

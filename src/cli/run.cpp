@@ -209,10 +209,10 @@ void add_run_command(CLI::App& app) {
         RunnerOptions ro = runner_options(o->engine, 1);
         BackendOptions bo = backend_options(o->engine, ro);
         bo.progress = !o->quiet;
-        LoadedModel lm = load_model(o->engine.model, bo);
-        apply_device_budget(ro, *lm.backend);
-        Runner runner(*lm.model, lm.desc, ro, *lm.backend);
-        lm.backend->make_resident(!o->quiet);
+        LoadedModel lm = open_model(o->engine.model, bo);
+        load_weights(lm, ro, bo);
+        Runner runner(*lm.model, lm.desc, ro, *lm.backend, lm.cpu.get());
+        make_resident(lm, !o->quiet);
         EngineMetrics metrics;
         Engine engine(runner, *lm.tokenizer, metrics);
         const uint32_t max_len = runner.plan().config.max_model_len;

@@ -143,10 +143,10 @@ void serve(ServeOptions& o) {
     RunnerOptions ro = runner_options(o.engine, 32);
     BackendOptions bo = backend_options(o.engine, ro);
     bo.progress = !o.quiet;
-    LoadedModel lm = load_model(o.engine.model, bo);
-    apply_device_budget(ro, *lm.backend);
-    Runner runner(*lm.model, lm.desc, ro, *lm.backend);
-    lm.backend->make_resident(!o.quiet);
+    LoadedModel lm = open_model(o.engine.model, bo);
+    load_weights(lm, ro, bo);
+    Runner runner(*lm.model, lm.desc, ro, *lm.backend, lm.cpu.get());
+    make_resident(lm, !o.quiet);
     const ChatTemplate chat_template = ChatTemplate::from_gguf(*lm.file);
     EngineMetrics metrics;
     Engine engine(runner, *lm.tokenizer, metrics);
@@ -158,6 +158,7 @@ void serve(ServeOptions& o) {
     served.tokenizer = lm.tokenizer.get();
     served.chat_template = &chat_template;
     served.ledgers = lm.backend->ledgers();
+    served.backend = lm.backend->name();
     served.max_model_len = runner.plan().config.max_model_len;
     served.created_s = unix_time_s();
     served.rss_start_bytes = process.rss_start_bytes;

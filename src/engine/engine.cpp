@@ -142,6 +142,19 @@ void Engine::drain_inbox() {
     if (!incoming.empty() || !cancels.empty()) update_gauges();
 }
 
+namespace {
+
+void store_traffic(const kernels::StepStats& s, TrafficCounters& c) {
+    constexpr auto r = std::memory_order_relaxed;
+    c.submits.store(s.n_submits, r);
+    c.waits.store(s.n_waits, r);
+    c.dispatches.store(s.n_dispatches, r);
+    c.upload_bytes.store(s.upload_bytes, r);
+    c.download_bytes.store(s.download_bytes, r);
+}
+
+}  // namespace
+
 bool Engine::step() {
     drain_inbox();
     const uint64_t preempted_before = scheduler_.n_preemptions();
@@ -154,6 +167,9 @@ bool Engine::step() {
     }
     run_step(out);
     metrics_.n_steps.fetch_add(1, std::memory_order_relaxed);
+    const kernels::Backend& be = runner_.backend();
+    store_traffic(be.last_step(), metrics_.last_step);
+    store_traffic(be.totals(), metrics_.step_totals);
     update_gauges();
     return true;
 }

@@ -34,6 +34,16 @@ class Histogram {
 enum class FinishReason { None, Stop, Length, Abort, Error };
 const char* name(FinishReason r);  // "stop", "length", "abort", "error"
 
+// A step's traffic between host and device (kernels::StepStats), readable
+// from other threads.
+struct TrafficCounters {
+    std::atomic<uint64_t> submits{0};
+    std::atomic<uint64_t> waits{0};
+    std::atomic<uint64_t> dispatches{0};
+    std::atomic<uint64_t> upload_bytes{0};
+    std::atomic<uint64_t> download_bytes{0};
+};
+
 struct EngineMetrics {
     EngineMetrics();
     std::atomic<uint64_t> n_running{0};
@@ -49,6 +59,8 @@ struct EngineMetrics {
     std::atomic<uint64_t> generation_tokens{0};
     std::atomic<uint64_t> n_steps{0};
     std::atomic<uint64_t> requests_refused{0};
+    // The backend's last step and all steps so far (zero on the CPU).
+    TrafficCounters last_step, step_totals;
     // Per KV layer group (full attention, sliding window): blocks in use and
     // blocks free but still findable by the prefix cache, for GET /v1/memory.
     static constexpr size_t kMaxKvGroups = 4;

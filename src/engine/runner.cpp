@@ -11,10 +11,22 @@ namespace headroom {
 
 namespace {
 
-// The configuration with the backend's device: what the plan places where.
-EngineConfig on_device(EngineConfig c, kernels::Backend& backend) {
+// The configuration with the backend's device and the model's split: what
+// the plan places where.
+EngineConfig on_device(EngineConfig c, kernels::Backend& backend, const Model& model) {
     c.device = backend.ledger().device();
+    c.n_cpu_layers = model.n_cpu_layers();
     return c;
+}
+
+// The kernels' scratch in an arena at `base` laid out by `a`.
+kernels::Workspace workspace_of(kernels::DevPtr base, const ActivationLayout& a) {
+    kernels::Workspace ws;
+    ws.acts_q = base + a.acts_q.offset;
+    ws.acts_q_bytes = a.acts_q.size_bytes;
+    ws.thread_scratch = base + a.thread_scratch.offset;
+    ws.scratch_per_thread_bytes = a.scratch_per_thread_bytes;
+    return ws;
 }
 
 // The plan, its context fitted to the budget when not pinned (said on stderr).
@@ -29,29 +41,34 @@ MemoryPlan fitted_plan(const ModelDesc& desc, const EngineConfig& config,
 }  // namespace
 
 Runner::Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& options,
-               kernels::Backend& backend)
+               kernels::Backend& backend, kernels::Backend* cpu)
     : model_(model),
-      plan_(fitted_plan(desc, on_device(options.config, backend), options.budget)),
-      backend_(backend) {
+      plan_(fitted_plan(desc, on_device(options.config, backend, model), options.budget)),
+      backend_(backend),
+      cpu_(model.n_cpu_layers() > 0 ? cpu : nullptr) {
+    HR_CHECK_MSG(model.n_cpu_layers() == 0 || cpu_, "a split model needs the CPU's backend");
     if (!plan_.fits) throw Error(plan_.refusal);
     if (plan_.config.max_model_len > model.hparams().n_ctx_train && model.hparams().n_ctx_train > 0)
         fmt::print(stderr, "warning: --max-model-len {} exceeds the model's trained context {}\n",
                    plan_.config.max_model_len, model.hparams().n_ctx_train);
     const ActivationLayout& a = plan_.activations;
-    cache_ = std::make_unique<KvCache>(plan_, model.hparams(), options.prefix_caching, backend_);
+    cache_ =
+        std::make_unique<KvCache>(plan_, model.hparams(), options.prefix_caching, backend_, cpu_);
     arena_ = kernels::DeviceBuffer(backend_, Term::Activations, a.device_bytes, "activation arena");
     // Host staging but the logits readback, which a GPU backend takes itself.
     staging_ = Region(a.logits_host.offset, "activation staging");
     backend_.host_ledger().reserve(Term::Activations, a.logits_host.offset);
-    const kernels::DevPtr p = arena_.ptr();
-    buffers_ = {p + a.x.offset,    p + a.xb.offset, p + a.q.offset,
-                p + a.k.offset,    p + a.v.offset,  p + a.attn.offset,
-                p + a.gate.offset, p + a.up.offset, p + a.logits.offset};
-    kernels::Workspace ws;
-    ws.acts_q = p + a.acts_q.offset;
-    ws.acts_q_bytes = a.acts_q.size_bytes;
-    ws.thread_scratch = p + a.thread_scratch.offset;
-    ws.scratch_per_thread_bytes = a.scratch_per_thread_bytes;
+    buffers_ = carve(arena_.ptr(), a);
+    kernels::Workspace ws = workspace_of(arena_.ptr(), a);
+    if (cpu_) {
+        HR_CHECK_MSG(cpu_->is_host(), "a split model's first layers run on the host");
+        const ActivationLayout& h = plan_.host_activations;
+        cpu_arena_ = kernels::DeviceBuffer(*cpu_, Term::Activations, h.device_bytes,
+                                           "activation arena (CPU layers)");
+        cpu_buffers_ = carve(cpu_arena_.ptr(), h);
+        cpu_->set_workspace(workspace_of(cpu_arena_.ptr(), h));
+        cpu_->set_act_precision(options.act_precision);
+    }
     // The step view, in the runtime term with the block tables it copies.
     const RuntimeBreakdown& rt = plan_.runtime;
     step_host_ = Region(rt.step_view_bytes, "step view");
@@ -73,6 +90,12 @@ Runner::Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& o
     host.reserve(Term::Runtime, host_runtime_bytes());
     host.allocate(Term::Runtime, host_runtime_bytes());
     if (!backend_.is_host()) ledger().allocate(Term::Runtime, rt.step_view_device_bytes);
+}
+
+ForwardBuffers Runner::carve(kernels::DevPtr p, const ActivationLayout& a) const {
+    return {p + a.x.offset,    p + a.xb.offset, p + a.q.offset,
+            p + a.k.offset,    p + a.v.offset,  p + a.attn.offset,
+            p + a.gate.offset, p + a.up.offset, p + a.logits.offset};
 }
 
 uint64_t Runner::host_runtime_bytes() const {
@@ -98,11 +121,29 @@ float* Runner::forward(const Batch& batch) {
     if (backend_.is_host()) {
         ledger().set_allocated(Term::Activations, in_use.total_bytes);
     } else {
+        uint64_t host_bytes = in_use.staging_bytes;
+        if (cpu_)
+            host_bytes +=
+                plan_activations(model_.hparams(), n_tokens, 0, plan_.config.n_threads, true)
+                    .device_bytes;
         ledger().set_allocated(Term::Activations, in_use.device_bytes);
-        backend_.host_ledger().set_allocated(Term::Activations, in_use.staging_bytes);
+        backend_.host_ledger().set_allocated(Term::Activations, host_bytes);
     }
-    backend_.begin_step(step_);
-    model_.forward(step_, cache_->layout(), buffers_, backend_);
+    const uint32_t n_layer = model_.hparams().n_layer;
+    const kernels::KvLayout& kv = cache_->layout();
+    if (cpu_) {
+        // The CPU's layers first; their hidden state goes up to the GPU once.
+        const uint32_t k = model_.n_cpu_layers();
+        cpu_->begin_step(step_);
+        model_.forward(step_, kv, cpu_buffers_, *cpu_, {0, k, true, false});
+        backend_.begin_step(step_);
+        backend_.upload_in_step(buffers_.x, cpu_->host_view(cpu_buffers_.x),
+                                uint64_t{n_tokens} * model_.hparams().n_embd * sizeof(float));
+        model_.forward(step_, kv, buffers_, backend_, {k, n_layer, false, true});
+    } else {
+        backend_.begin_step(step_);
+        model_.forward(step_, kv, buffers_, backend_);
+    }
     float* logits = backend_.end_step(buffers_.logits, uint64_t{n_rows} * model_.hparams().n_vocab);
     count_kv();
     return logits;

@@ -34,9 +34,11 @@ class Runner {
     // tokenizer's), refuses a configuration that cannot serve one sequence
     // of max_model_len (headroom::Error carrying the plan's refusal), then
     // takes the KV region and the arena from `backend` (which holds the
-    // model's weights) and reserves the runtime in the host ledger.
+    // model's weights) and reserves the runtime in the host ledger. A split
+    // model (model.n_cpu_layers() > 0) runs its first layers on `cpu`, which
+    // holds their weights, KV groups and an arena of their own.
     Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& options,
-           kernels::Backend& backend);
+           kernels::Backend& backend, kernels::Backend* cpu = nullptr);
     ~Runner();
 
     const MemoryPlan& plan() const { return plan_; }
@@ -61,14 +63,18 @@ class Runner {
 
   private:
     uint64_t host_runtime_bytes() const;
+    ForwardBuffers carve(kernels::DevPtr arena, const ActivationLayout& a) const;
 
     const Model& model_;
     MemoryPlan plan_;
     kernels::Backend& backend_;
+    kernels::Backend* cpu_ = nullptr;  // a split's CPU part, else null
     std::unique_ptr<KvCache> cache_;
     kernels::DeviceBuffer arena_;  // the device part
     Region staging_;               // host staging
     ForwardBuffers buffers_;
+    kernels::DeviceBuffer cpu_arena_;  // a split's CPU part
+    ForwardBuffers cpu_buffers_;
     float* sampler_scratch_ = nullptr;
     Region step_host_;                   // room for the largest step view
     kernels::DeviceBuffer step_device_;  // a GPU's copy of it

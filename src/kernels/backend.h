@@ -174,16 +174,19 @@ class Backend {
     virtual void copy_block(DevPtr dst, DevPtr src, uint64_t bytes) = 0;
 
     // ---- weights, once at load ----
-    // The model file's tensor data (host memory, `tensor_bytes` of tensors in
-    // `file_data`); tensors uploaded next point into it. `mapped`: it is a
-    // read-only mapping of the file, whose pages may be dropped once copied
-    // (they would be read back from the file); else memory the caller owns.
-    virtual void begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes,
-                               bool mapped) = 0;
+    // The model file's tensor data (host memory); tensors uploaded next point
+    // into it. `mapped`: it is a read-only mapping of the file, whose pages
+    // may be dropped once copied (they would be read back from the file);
+    // else memory the caller owns. Each backend counts what it keeps of the
+    // tensors it is given (the CPU: their mapped bytes, where it reads them).
+    virtual void begin_weights(std::span<const uint8_t> file_data, bool mapped) = 0;
     virtual Weight upload_matrix(const HostTensor& t, WeightUse use) = 0;
-    // n f32 values (a vector the model converted if the file stores it in
-    // another type).
-    virtual Weight upload_vector(const float* values, int64_t n) = 0;
+    // n f32 values: a vector of `stored_bytes` in the file, which the model
+    // converted to f32 if the file stores it in another type.
+    virtual Weight upload_vector(const float* values, int64_t n, uint64_t stored_bytes) = 0;
+    // The host also reads these bytes of the file (another backend computes
+    // with them): end_weights keeps their pages.
+    virtual void keep_host_pages(const void* data) { (void)data; }
     virtual void end_weights() = 0;
     // Brings the weights into memory before the first request, with a
     // progress bar on stderr if asked.
@@ -193,6 +196,12 @@ class Backend {
     virtual void set_workspace(const Workspace& ws) = 0;
     virtual void set_act_precision(ActPrecision p) = 0;
     virtual void begin_step(const StepView& step) = 0;
+    // Within a step: bytes of host memory into device memory (a split
+    // model's hidden state, from the CPU's layers to the GPU's).
+    virtual void upload_in_step(DevPtr dst, const void* src, uint64_t bytes) = 0;
+    // The host address of p where the backend's memory is the host's (the
+    // CPU), else null.
+    virtual const void* host_view(DevPtr p) const = 0;
     // Ends the step: the logits (n_floats f32 at `logits`) in host memory,
     // writable (the sampler applies penalties in place), valid until the
     // next step.

@@ -51,7 +51,8 @@ class KvCache {
     size_t n_groups() const { return pools_.size(); }
     const KvBlockPool& pool(size_t group) const { return *pools_[group]; }
     const KvGroupPlan& group(size_t g) const { return groups_[g]; }
-    // Group and index within the group of a model layer.
+    // Model layers, and the group and index within the group of one.
+    size_t n_layers() const { return layer_group_.size(); }
     size_t group_of_layer(uint32_t layer) const { return layer_group_[layer]; }
     uint32_t index_in_group(uint32_t layer) const { return layer_index_[layer]; }
 

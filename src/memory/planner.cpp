@@ -13,6 +13,7 @@
 #include "core/thread-pool.h"
 #include "format/gguf-reader.h"
 #include "kernels/backend.h"
+#include "memory/budget.h"
 #include "tokenizer/tokenizer.h"
 
 namespace headroom {
@@ -200,36 +201,55 @@ BudgetSpec budget_for(const Device& device, const PlanSettings& s) {
     b.device_context_bytes = device.vulkan_index ? kernels::kVulkanContextBytes
                              : device.gpu        ? kCudaContextBytes
                                                  : 0;
+    // A GPU of this machine: a split's CPU part is in its memory, as run budgets it.
+    if (device.vulkan_index) b.host_bytes = detect_host_memory().total_bytes;
     return b;
 }
+
+namespace {
+
+// The host threads a plan counts (their stacks and attention tiles): the CPU
+// engine's (--threads, else every physical core); on a GPU one host thread
+// drives the device, but a split on headroom's GPU backend runs its CPU
+// part on the CPU engine's.
+uint32_t plan_threads(const Device& device, const EngineConfig& c) {
+    const bool cpu_part = !device.gpu || (device.vulkan_index && c.n_cpu_layers > 0);
+    if (device.vulkan_index && !cpu_part) return 1;
+    if (c.n_threads) return c.n_threads;
+    return cpu_part ? static_cast<uint32_t>(physical_core_count()) : 1;
+}
+
+// The weights of the first k layers (those a split leaves on the CPU).
+uint64_t first_layers_bytes(const ModelDesc& d, uint32_t k) {
+    uint64_t n = 0;
+    for (uint32_t il = 0; il < k && il < d.layer_weight_bytes.size(); ++il)
+        n += d.layer_weight_bytes[il];
+    return n;
+}
+
+// The configuration as the engine sees it on `device`.
+EngineConfig on_device(const Device& device, EngineConfig c) {
+    if (device.vulkan_index) c.device = fmt::format("gpu{}", *device.vulkan_index);
+    c.n_threads = plan_threads(device, c);
+    return c;
+}
+
+}  // namespace
 
 Plan evaluate(const PlanModel& model, const Device& device, const PlanSettings& settings) {
     Plan p;
     p.settings = settings;
     EngineConfig& c = p.settings.config;
-    // The CPU engine's threads (their stacks and attention tiles count); on a
-    // GPU one host thread drives the device.
-    if (c.n_threads == 0)
-        c.n_threads = device.gpu ? 1 : static_cast<uint32_t>(physical_core_count());
-    if (device.vulkan_index) c.device = fmt::format("gpu{}", *device.vulkan_index);
+    c = on_device(device, c);
     const BudgetSpec budget = budget_for(device, p.settings);
     // An unpinned context fits by itself, as the engine fits it.
     p.mem = plan_memory_fitting(model.desc, c, budget, &p.context_note);
-    if (settings.kv_cache_bytes > 0) {
-        // An explicit pool: the budget is the sum of the terms; the device must hold it.
-        const auto room =
-            static_cast<uint64_t>(static_cast<double>(budget.device_bytes) * budget.mem_fraction);
-        if (p.mem.fits && p.mem.budgeted_bytes() > room) {
-            p.mem.fits = false;
-            p.mem.refusal = fmt::format("the four terms need {} but {} of {} is {}",
-                                        format_bytes(p.mem.budgeted_bytes()),
-                                        fmt::format("{:.0f}%", budget.mem_fraction * 100),
-                                        format_bytes(budget.device_bytes), format_bytes(room));
-        }
-    }
-    if (c.n_cpu_layers > 0) {
-        for (uint32_t il = 0; il < c.n_cpu_layers; ++il)
-            p.host_bytes += model.desc.layer_weight_bytes[il];
+    refuse_past_device(p.mem, device.name);
+    if (p.mem.split()) {
+        // headroom's own split: the host's share as planned.
+        p.host_bytes = p.mem.host_weights_bytes + p.mem.host_kv_cache_bytes;
+    } else if (c.n_cpu_layers > 0) {
+        p.host_bytes += first_layers_bytes(model.desc, c.n_cpu_layers);
         EngineConfig all = p.mem.config;
         all.n_cpu_layers = 0;
         BudgetSpec one;
@@ -238,6 +258,16 @@ Plan evaluate(const PlanModel& model, const Device& device, const PlanSettings& 
         p.host_bytes += (whole.kv_bytes_per_seq - p.mem.kv_bytes_per_seq) * all.max_num_seqs;
     }
     return p;
+}
+
+LayerPlacement place_for(const PlanModel& model, const Device& device, const PlanSettings& settings,
+                         GpuLayers layers) {
+    // The threads of a CPU part (place_layers drops to one where there is none).
+    EngineConfig c = settings.config;
+    c.n_cpu_layers = 1;
+    c = on_device(device, c);
+    c.n_cpu_layers = settings.config.n_cpu_layers;
+    return place_layers(model.desc, c, budget_for(device, settings), layers, device.name);
 }
 
 Capacity capacity(const PlanModel& model, const Device& device, const PlanSettings& settings) {
@@ -285,9 +315,17 @@ TermFormulas formulas(const PlanModel& model, const Plan& plan) {
     const EngineConfig& c = mp.config;
     TermFormulas f;
     f.weights = model.weights_basis;
-    if (c.n_cpu_layers > 0) {
-        uint64_t off = 0;
-        for (uint32_t il = 0; il < c.n_cpu_layers; ++il) off += model.desc.layer_weight_bytes[il];
+    if (mp.split()) {
+        // By part where the file says (model/placement.h); an estimate moves
+        // whole layers only.
+        const bool by_part = model.desc.layer_parts.size() == hp.n_layer;
+        f.weights += fmt::format("; on {}: layers {}-{}{}; on the host ({}): {}layers 0-{}",
+                                 c.device, c.n_cpu_layers, hp.n_layer - 1,
+                                 by_part ? ", the output matrix and its norm" : " and the rest",
+                                 format_bytes(mp.host_weights_bytes),
+                                 by_part ? "the embedding and " : "", c.n_cpu_layers - 1);
+    } else if (c.n_cpu_layers > 0) {
+        const uint64_t off = first_layers_bytes(model.desc, c.n_cpu_layers);
         f.weights +=
             fmt::format(", less {} for {} layers on the CPU", format_bytes(off), c.n_cpu_layers);
     }
@@ -306,14 +344,19 @@ TermFormulas formulas(const PlanModel& model, const Plan& plan) {
         if (g.kind == AttentionKind::SlidingWindow)
             line = fmt::format("sliding window {}: {}, at most {} tokens per sequence", g.window,
                                line, uint64_t{g.max_blocks_per_seq} * c.block_size);
+        if (mp.split()) line += g.on_host ? " (on the host)" : fmt::format(" (on {})", c.device);
         f.kv_groups.push_back(line);
     }
     uint64_t n_blocks = 0;
-    for (const auto& g : mp.kv_groups) n_blocks += g.n_blocks;
+    for (const auto& g : mp.kv_groups)
+        if (!g.on_host) n_blocks += g.n_blocks;
     f.kv_pool =
         fmt::format("pool of {} blocks of {} tokens ({}); one sequence of {} tokens needs {}",
                     format_count(n_blocks), c.block_size, format_bytes(mp.kv_cache_bytes),
                     c.max_model_len, format_bytes(mp.kv_bytes_per_seq));
+    if (mp.split())
+        f.kv_pool = fmt::format("on {}: {}; the host's layers have as many blocks ({})", c.device,
+                                f.kv_pool, format_bytes(mp.host_kv_cache_bytes));
     const auto& a = mp.activations;
     const uint64_t logits = a.logits.size_bytes + a.sampler.size_bytes;
     const uint64_t tiles = a.thread_scratch.size_bytes;
@@ -323,6 +366,10 @@ TermFormulas formulas(const PlanModel& model, const Plan& plan) {
         a.n_tokens, hp.n_ff, format_bytes(a.total_bytes - logits - tiles), a.n_logit_rows,
         format_count(hp.n_vocab), format_bytes(logits), n_of(a.n_threads, "thread", "threads"),
         format_bytes(tiles));
+    if (mp.split())
+        f.activations += fmt::format("; the CPU layers' own buffers and attention tiles of {} {}",
+                                     n_of(mp.host_activations.n_threads, "thread", "threads"),
+                                     format_bytes(mp.host_activations.device_bytes));
     const auto& r = mp.runtime;
     f.runtime =
         fmt::format("tokenizer {}, token lists and block tables of {} {}, prefix index {}",
@@ -351,6 +398,18 @@ std::string headroom_command(const PlanModel& model, const Device& device, const
     if (gguf_weights && c.n_cpu_layers == 0 && !device.gpu) {
         cmd = fmt::format("headroom serve -m {}",
                           model.weight_type ? gguf_file_for(model) : model.source);
+    } else if (gguf_weights && device.vulkan_index) {
+        // headroom's own GPU backend runs it, split or not.
+        cmd = fmt::format("headroom serve -m {} --device vulkan:{}",
+                          model.weight_type ? gguf_file_for(model) : model.source,
+                          *device.vulkan_index);
+        if (device.source.find("--device-memory") != std::string::npos)
+            cmd += fmt::format(" --device-memory {}MiB", device.total_bytes / MiB);
+        if (plan.settings.reserve_bytes)
+            cmd += fmt::format(" --reserve {}MiB", plan.settings.reserve_bytes / MiB);
+        cmd += c.n_cpu_layers
+                   ? fmt::format(" --n-gpu-layers {}", model.desc.hp.n_layer - c.n_cpu_layers)
+                   : std::string(" --n-gpu-layers all");
     } else {
         // Configurations the CPU engine cannot start yet: the plan that checks them.
         cmd = fmt::format("headroom plan {}", model_arg(model));
@@ -411,9 +470,11 @@ std::string vllm_command(const PlanModel& model, const Device& device, const Pla
                 break;
         }
     }
-    if (c.n_cpu_layers)
-        cmd += fmt::format(" --cpu-offload-gb {:.0f}",
-                           std::ceil(static_cast<double>(plan.host_bytes) / GiB));
+    if (c.n_cpu_layers) {
+        // vLLM offloads weights only (GiB per GPU); the KV stays on the GPU.
+        const uint64_t off = first_layers_bytes(model.desc, c.n_cpu_layers);
+        cmd += fmt::format(" --cpu-offload-gb {:.0f}", std::ceil(static_cast<double>(off) / GiB));
+    }
     return cmd;
 }
 
@@ -512,9 +573,7 @@ std::vector<Suggestion> fit_search(const PlanModel& model, const Device& device,
                                             format_bytes(p.host_bytes)));
             // Every token reads the CPU layers' weights from host memory, at a
             // fraction of the device's bandwidth: the cost grows with those bytes.
-            uint64_t host_weights = 0;
-            for (uint32_t il = 0; il < c.n_cpu_layers; ++il)
-                host_weights += m.desc.layer_weight_bytes[il];
+            const uint64_t host_weights = first_layers_bytes(m.desc, c.n_cpu_layers);
             const double ratio = static_cast<double>(host_weights) /
                                  static_cast<double>(std::max<uint64_t>(1, p.mem.budget_bytes));
             s.cost += 2.0 + 4.0 * std::log2(1.0 + 10.0 * ratio);

@@ -84,6 +84,12 @@ struct Plan {
 
 Plan evaluate(const PlanModel& model, const Device& device, const PlanSettings& settings);
 
+// --n-gpu-layers on a GPU: where the engine's placement (place_layers) puts
+// the layers with these settings' budget; settings.config.n_threads is the
+// CPU part's (0: physical cores).
+LayerPlacement place_for(const PlanModel& model, const Device& device, const PlanSettings& settings,
+                         GpuLayers layers);
+
 // What the budget allows around a configuration, each found by planning
 // the neighbours (so more sequences also cost their logits and tables):
 // the most sequences of max_model_len that all fit at once, and the longest

@@ -176,11 +176,12 @@ std::string memory_report_table(const MemoryPlan& plan, std::span<const LedgerSn
         const auto& gp = cache.group(g);
         const auto& pool = cache.pool(g);
         out += fmt::format(
-            "  kv {}: {} layers, {} blocks of {} tokens ({} each), {} in use, {} cached\n",
+            "  kv {}{}: {} layers, {} blocks of {} tokens ({} each), {} in use, {} cached\n",
             gp.kind == AttentionKind::SlidingWindow ? fmt::format("sliding window {}", gp.window)
                                                     : std::string("full attention"),
-            gp.layers.size(), pool.n_blocks(), c.block_size, format_bytes(gp.block_bytes),
-            pool.n_used(), pool.n_cached());
+            gp.on_host && c.device != "host" ? " on the host" : "", gp.layers.size(),
+            pool.n_blocks(), c.block_size, format_bytes(gp.block_bytes), pool.n_used(),
+            pool.n_cached());
     }
     out += fmt::format(
         "  kv per token {} ({}), max_model_len {}, max_num_seqs {}: {} sequences fit at full "
@@ -211,15 +212,19 @@ std::string memory_summary_line(const MemoryPlan& plan, std::span<const LedgerSn
                                 const KvCache& cache, const ProcessMemory& process) {
     const LedgerSnapshot ledger = sum_ledgers(ledgers);
     const uint64_t kv_reserved = ledger[Term::KvCache].reserved_bytes;
+    const uint32_t n_layer = static_cast<uint32_t>(cache.n_layers());
     const std::string where =
-        plan.config.device == "host" ? "" : fmt::format(" (kv on {})", plan.config.device);
+        plan.config.device == "host" ? ""
+        : plan.split()
+            ? fmt::format(" ({} layers on {}, {} on the host)", n_layer - plan.config.n_cpu_layers,
+                          plan.config.device, plan.config.n_cpu_layers)
+            : fmt::format(" (kv on {})", plan.config.device);
     return fmt::format(
         "memory{}: weights {}, kv {} ({:.1f}% used, {}), activations {}, runtime {}; RSS {}", where,
         format_bytes(ledger[Term::Weights].reserved_bytes), format_bytes(kv_reserved),
         kv_reserved ? 100.0 * ledger[Term::KvCache].peak_bytes / kv_reserved : 0.0,
         name(plan.config.kv_dtype), format_bytes(ledger[Term::Activations].reserved_bytes),
         format_bytes(ledger[Term::Runtime].reserved_bytes), format_bytes(process.rss_bytes));
-    (void)cache;
 }
 
 }  // namespace headroom

@@ -13,6 +13,7 @@
 #include "core/units.h"
 #include "format/gguf-reader.h"
 #include "kernels/backend.h"
+#include "model/placement.h"
 
 namespace headroom {
 
@@ -87,11 +88,123 @@ MemoryPlan plan_memory_fitting(const ModelDesc& model, const EngineConfig& confi
     return q;
 }
 
+void refuse_past_device(MemoryPlan& p, std::string_view device) {
+    const BudgetSpec& b = p.budget_spec;
+    if (!p.fits || b.kv_cache_bytes == 0) return;
+    const auto room = static_cast<uint64_t>(static_cast<double>(b.device_bytes) * b.mem_fraction);
+    if (p.budgeted_bytes() <= room) return;
+    p.fits = false;
+    p.refusal = fmt::format("the terms on {} need {} but {} of its {} is {}", device,
+                            format_bytes(p.budgeted_bytes()), percent(b.mem_fraction),
+                            format_bytes(b.device_bytes), format_bytes(room));
+}
+
+LayerPlacement place_layers(const ModelDesc& model, const EngineConfig& config,
+                            const BudgetSpec& budget, GpuLayers layers, std::string_view gpu) {
+    const uint32_t n_layer = model.hp.n_layer;
+    const std::string_view device = gpu.empty() ? std::string_view(config.device) : gpu;
+    // The plan with the first n_cpu layers on the CPU; one host thread when
+    // there is no CPU part.
+    auto with_cpu = [&](uint32_t n_cpu) {
+        EngineConfig c = config;
+        c.n_cpu_layers = n_cpu;
+        if (n_cpu == 0 && c.device != "host") c.n_threads = 1;
+        return c;
+    };
+    const auto room =
+        static_cast<uint64_t>(static_cast<double>(budget.device_bytes) * budget.mem_fraction);
+    auto check_room = [&](MemoryPlan p) {
+        refuse_past_device(p, device);
+        return p;
+    };
+    auto planned = [&](uint32_t n_cpu) {
+        return check_room(plan_memory(model, with_cpu(n_cpu), budget));
+    };
+    LayerPlacement out;
+    if (layers.kind != GpuLayers::Kind::Auto) {
+        uint32_t n_gpu = n_layer;
+        if (layers.kind == GpuLayers::Kind::Count) {
+            if (layers.count > n_layer)
+                fail("--n-gpu-layers {}: the model has {} layers (all puts every one on the GPU)",
+                     layers.count, n_layer);
+            n_gpu = layers.count;
+        }
+        if (n_gpu == 0) {
+            out.on_gpu = false;
+            out.n_cpu_layers = n_layer;
+            out.note = "--n-gpu-layers 0: every layer on the CPU";
+            return out;
+        }
+        out.n_cpu_layers = n_layer - n_gpu;
+        out.plan =
+            check_room(plan_memory_fitting(model, with_cpu(out.n_cpu_layers), budget, nullptr));
+        if (!out.plan.fits)
+            out.plan.refusal = fmt::format(
+                "{} of the {} layers on {}: {} (--n-gpu-layers auto puts "
+                "as many on it as fit)",
+                n_gpu, n_layer, device, out.plan.refusal);
+        return out;
+    }
+    const MemoryPlan all = planned(0);
+    if (all.fits) {
+        out.plan = all;
+        return out;
+    }
+    // Fewer layers on the GPU take less of it: the most that fit, by
+    // bisection. The host's share grows the other way: the plan of the
+    // placement found says whether it fits host memory.
+    auto fits = [&](uint32_t n_gpu) {
+        const MemoryPlan p = planned(n_layer - n_gpu);
+        return p.fits || p.host_short;
+    };
+    // What the note calls the device's budget (an explicit pool's plan
+    // budgets its own terms).
+    const uint64_t device_budget = budget.kv_cache_bytes > 0 ? room : all.budget_bytes;
+    const uint32_t len = all.config.max_model_len;
+    if (n_layer < 2 || !fits(1)) {
+        const MemoryPlan one = planned(n_layer > 1 ? n_layer - 1 : 0);
+        const DeviceTerms d = one.device_terms()[0];
+        out.on_gpu = false;
+        out.n_cpu_layers = n_layer;
+        out.note = fmt::format(
+            "not even one of the model's {} layers fits {}: with one layer it holds {} of weights, "
+            "{} of activations and runtime and needs {} of KV for a sequence of {} tokens, but its "
+            "budget is {}: running every layer on the CPU",
+            n_layer, device, format_bytes(d.weights_bytes),
+            format_bytes(d.activations_bytes + d.runtime_bytes), format_bytes(one.kv_bytes_per_seq),
+            len, format_bytes(device_budget));
+        return out;
+    }
+    uint32_t lo = 1, hi = n_layer - 1;  // fits(lo), and the answer is at most hi
+    while (lo < hi) {
+        const uint32_t mid = lo + (hi - lo + 1) / 2;
+        if (fits(mid))
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    out.n_cpu_layers = n_layer - lo;
+    out.plan = planned(out.n_cpu_layers);
+    const DeviceTerms d = all.device_terms()[0];
+    out.note = fmt::format(
+        "{} of the model's {} layers on {}, the first {} on the CPU: all {} would take {} of "
+        "weights, {} of activations and runtime and {} of KV for a sequence of {} tokens, and its "
+        "budget is {}",
+        lo, n_layer, device, out.n_cpu_layers, n_layer, format_bytes(d.weights_bytes),
+        format_bytes(d.activations_bytes + d.runtime_bytes), format_bytes(all.kv_bytes_per_seq),
+        len, format_bytes(device_budget));
+    if (config.max_model_len == 0 && all.fit_len > 0)
+        out.note += fmt::format(" (--n-gpu-layers all --max-model-len {} keeps them all there)",
+                                all.fit_len);
+    return out;
+}
+
 std::vector<DeviceTerms> MemoryPlan::device_terms() const {
     DeviceTerms d{config.device, weights_bytes, kv_cache_bytes, activations_bytes(),
                   runtime_bytes()};
     if (config.device == "host") return {d};
-    DeviceTerms host{"host", 0, 0, activations.staging_bytes,
+    DeviceTerms host{"host", host_weights_bytes, host_kv_cache_bytes,
+                     activations.staging_bytes + host_activations.device_bytes,
                      runtime_bytes() - runtime.device_bytes()};
     d.activations_bytes = activations.device_bytes;
     d.runtime_bytes = runtime.device_bytes();
@@ -104,11 +217,35 @@ ModelDesc describe_gguf(const gguf::GgufFile& file) {
     m.source = file.path();
     m.weights_exact = true;
     m.layer_weight_bytes.assign(m.hp.n_layer, 0);
+    m.layer_parts.assign(m.hp.n_layer, {});
     std::map<TensorType, uint64_t> by_type;
     for (const auto& t : file.tensors()) {
         m.weight_bytes += t.size_bytes;
         const uint64_t on_device = t.n_dims == 1 ? t.n_elements * 4 : t.size_bytes;
         m.device_weight_bytes += kernels::device_weight_slot(on_device);
+        // The CPU keeps a vector stored in another type as an f32 copy too.
+        const uint64_t on_host =
+            t.size_bytes + (t.n_dims == 1 && t.type != TensorType::F32 ? t.n_elements * 4 : 0);
+        uint32_t layer = 0;
+        ModelDesc::PartBytes* part = &m.other;
+        switch (tensor_role(t.name, &layer)) {
+            case TensorRole::Embedding:
+                part = &m.embedding;
+                break;
+            case TensorRole::Output:
+                part = &m.output;
+                break;
+            case TensorRole::OutputNorm:
+                part = &m.output_norm;
+                break;
+            case TensorRole::Layer:
+                if (layer < m.hp.n_layer) part = &m.layer_parts[layer];
+                break;
+            case TensorRole::Other:
+                break;
+        }
+        part->host += on_host;
+        part->device += kernels::device_weight_slot(on_device);
         m.n_params += t.n_elements;
         if (t.n_dims > 1) by_type[t.type] += t.size_bytes;
         if (t.name.starts_with("blk.")) {
@@ -161,16 +298,21 @@ std::vector<KvGroupPlan> kv_groups_for(const HParams& hp, const EngineConfig& co
         const uint64_t per_layer =
             uint64_t{hp.n_head_kv} * (kv_row_bytes(config.kv_dtype, hp.head_dim_k, "key size") +
                                       kv_row_bytes(config.kv_dtype, hp.head_dim_v, "value size"));
-        KvGroupPlan full, swa;
-        full.kind = AttentionKind::Full;
-        swa.kind = AttentionKind::SlidingWindow;
-        swa.window = hp.sliding_window;
-        for (uint32_t il = config.n_cpu_layers; il < hp.n_layer; ++il) {
+        // On headroom's GPU backend a split model's CPU layers have groups of
+        // their own, in host memory; elsewhere only the device's layers count.
+        const bool split = config.device != "host" && config.n_cpu_layers > 0;
+        KvGroupPlan full, swa, host_full, host_swa;
+        full.kind = host_full.kind = AttentionKind::Full;
+        swa.kind = host_swa.kind = AttentionKind::SlidingWindow;
+        swa.window = host_swa.window = hp.sliding_window;
+        host_full.on_host = host_swa.on_host = true;
+        for (uint32_t il = split ? 0 : config.n_cpu_layers; il < hp.n_layer; ++il) {
             const bool is_swa = !config.swa_full && hp.sliding_window > 0 &&
                                 il < hp.layer_is_swa.size() && hp.layer_is_swa[il];
-            (is_swa ? swa : full).layers.push_back(il);
+            const bool host = il < config.n_cpu_layers;
+            (is_swa ? (host ? host_swa : swa) : (host ? host_full : full)).layers.push_back(il);
         }
-        for (KvGroupPlan* g : {&full, &swa}) {
+        for (KvGroupPlan* g : {&full, &swa, &host_full, &host_swa}) {
             if (g->layers.empty()) continue;
             g->bytes_per_token = g->layers.size() * per_layer;
             groups.push_back(std::move(*g));
@@ -237,10 +379,30 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
     p.budget_spec = budget;
 
     const bool gpu = c.device != "host";
+    const bool split = p.split();
     p.weights_bytes =
         gpu && model.device_weight_bytes ? model.device_weight_bytes : model.weight_bytes;
-    for (uint32_t il = 0; il < c.n_cpu_layers; ++il)
-        p.weights_bytes -= model.layer_weight_bytes[il];
+    if (split && model.layer_parts.size() == hp.n_layer) {
+        // Each part where model/placement.h puts it.
+        p.weights_bytes = 0;
+        auto add = [&](const ModelDesc::PartBytes& part, TensorRole role, uint32_t layer) {
+            const Placement at = place_tensor(role, layer, c.n_cpu_layers, hp.tied_embeddings);
+            if (at.on_cpu) p.host_weights_bytes += part.host;
+            if (at.on_gpu) p.weights_bytes += part.device;
+        };
+        add(model.embedding, TensorRole::Embedding, 0);
+        add(model.output, TensorRole::Output, 0);
+        add(model.output_norm, TensorRole::OutputNorm, 0);
+        add(model.other, TensorRole::Other, 0);
+        for (uint32_t il = 0; il < hp.n_layer; ++il)
+            add(model.layer_parts[il], TensorRole::Layer, il);
+    } else {
+        for (uint32_t il = 0; il < c.n_cpu_layers; ++il)
+            p.weights_bytes -= model.layer_weight_bytes[il];
+        if (split)
+            for (uint32_t il = 0; il < c.n_cpu_layers; ++il)
+                p.host_weights_bytes += model.layer_weight_bytes[il];
+    }
     p.kv_groups = kv_groups_for(hp, c);
     for (auto& g : p.kv_groups)
         g.max_blocks_per_seq =
@@ -251,10 +413,19 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
         p.kv_bytes_per_token = 0;
         for (const auto& g : p.kv_groups) p.kv_bytes_per_token += g.bytes_per_token;
     }
+    // The device's groups: what the budget's pool holds (a split's host
+    // groups follow it, block for block).
+    std::vector<KvGroupPlan> device_groups;
+    for (const auto& g : p.kv_groups)
+        if (!g.on_host) device_groups.push_back(g);
     p.kv_bytes_per_seq =
-        kv_bytes_for_len(p.kv_groups, c.max_model_len, c.block_size, c.max_num_batched_tokens);
+        kv_bytes_for_len(device_groups, c.max_model_len, c.block_size, c.max_num_batched_tokens);
     p.activations = plan_activations(hp, c.max_num_batched_tokens, c.max_logit_rows, c.n_threads,
                                      c.device == "host");
+    // A split's CPU layers have an arena of their own (no logits: the GPU
+    // computes them).
+    if (split)
+        p.host_activations = plan_activations(hp, c.max_num_batched_tokens, 0, c.n_threads, true);
 
     p.runtime.thread_stacks_bytes = uint64_t{c.n_threads - 1} * ThreadPool::kWorkerStackBytes;
     p.runtime.device_context_bytes = budget.device_context_bytes;
@@ -266,9 +437,9 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
                                 (uint64_t{c.max_model_len} * 4 +
                                  p.kv_groups.size() * div_ceil(c.max_model_len, c.block_size) * 4);
 
-    // Demand: blocks for max_num_seqs sequences of max_model_len.
+    // Demand: blocks for max_num_seqs sequences of max_model_len (the device's groups).
     uint64_t demand_bytes = 0;
-    for (const auto& g : p.kv_groups)
+    for (const auto& g : device_groups)
         demand_bytes += uint64_t{c.max_num_seqs} * g.max_blocks_per_seq * g.block_bytes;
     // What the budget holds besides the pool: everything on the CPU; on a
     // GPU, what the device holds (the host's share is host memory).
@@ -287,11 +458,11 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
         p.budget_bytes = total;
         if (total > fixed_bytes) {
             uint64_t sum_block_bytes = 0;
-            for (const auto& g : p.kv_groups) sum_block_bytes += g.block_bytes;
+            for (const auto& g : device_groups) sum_block_bytes += g.block_bytes;
             const uint64_t left = total - fixed_bytes;
             // Leave room for the index (host memory, so not on a GPU): scale
             // left by block/(block + index entry).
-            const double avg_block = static_cast<double>(sum_block_bytes) / p.kv_groups.size();
+            const double avg_block = static_cast<double>(sum_block_bytes) / device_groups.size();
             const double index = gpu ? 0.0 : kPrefixIndexBytesPerBlock;
             const auto usable =
                 static_cast<uint64_t>(static_cast<double>(left) * avg_block / (avg_block + index));
@@ -300,14 +471,28 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
     }
     // Split the pool between groups in proportion to their demand, so that
     // each group runs out at the same concurrency.
+    // A split's host groups take the blocks of the device's group of their
+    // kind (the same number of sequences), or the same share of their demand.
     p.kv_cache_bytes = 0;
     uint64_t n_blocks_total = 0;
-    for (auto& g : p.kv_groups) {
+    const auto share_of = [&](const KvGroupPlan& g) {
         const uint64_t demand_g = uint64_t{c.max_num_seqs} * g.max_blocks_per_seq * g.block_bytes;
-        const auto share =
-            static_cast<uint64_t>(static_cast<long double>(pool_bytes) * demand_g / demand_bytes);
-        g.n_blocks = share / g.block_bytes;
+        return static_cast<uint64_t>(static_cast<long double>(pool_bytes) * demand_g /
+                                     demand_bytes) /
+               g.block_bytes;
+    };
+    for (auto& g : p.kv_groups) {
+        if (g.on_host) continue;
+        g.n_blocks = share_of(g);
         p.kv_cache_bytes += g.n_blocks * g.block_bytes;
+        n_blocks_total += g.n_blocks;
+    }
+    for (auto& g : p.kv_groups) {
+        if (!g.on_host) continue;
+        g.n_blocks = share_of(g);
+        for (const auto& d : p.kv_groups)
+            if (!d.on_host && d.kind == g.kind && d.window == g.window) g.n_blocks = d.n_blocks;
+        p.host_kv_cache_bytes += g.n_blocks * g.block_bytes;
         n_blocks_total += g.n_blocks;
     }
     p.runtime.prefix_index_bytes = n_blocks_total * kPrefixIndexBytesPerBlock;
@@ -339,6 +524,22 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
 
     p.fits = p.max_num_seqs_at_max_model_len >= 1 &&
              (budget.kv_cache_bytes > 0 || p.budgeted_bytes() <= p.budget_bytes);
+    // A split's host share must fit host memory too.
+    const uint64_t host_room =
+        static_cast<uint64_t>(static_cast<double>(budget.host_bytes) * budget.mem_fraction);
+    if (p.fits && split && budget.host_bytes > 0 && p.device_terms()[1].total_bytes() > host_room) {
+        p.fits = false;
+        p.host_short = true;
+        p.refusal = fmt::format(
+            "the {} layers on the CPU need {} of host memory ({} weights, {} KV, {} activations "
+            "and runtime) but {} of the host's {} is {}: put more layers on the GPU (a larger "
+            "--n-gpu-layers)",
+            c.n_cpu_layers, format_bytes(p.device_terms()[1].total_bytes()),
+            format_bytes(p.host_weights_bytes), format_bytes(p.host_kv_cache_bytes),
+            format_bytes(p.device_terms()[1].activations_bytes + p.device_terms()[1].runtime_bytes),
+            percent(budget.mem_fraction), format_bytes(budget.host_bytes), format_bytes(host_room));
+        return p;
+    }
     if (!p.fits) {
         const uint64_t kv_room =
             budget.kv_cache_bytes > 0
@@ -346,12 +547,12 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
                 : (p.budget_bytes > fixed_bytes ? p.budget_bytes - fixed_bytes : 0);
         std::string msg;
         if (budget.kv_cache_bytes == 0 && p.budget_bytes <= fixed_bytes) {
+            const DeviceTerms d = p.device_terms()[0];
             msg = fmt::format(
                 "weights ({}), activations ({}) and runtime ({}) need {} but the budget is {} ({} "
-                "of "
-                "{}): nothing is left for the KV cache",
-                format_bytes(p.weights_bytes), format_bytes(p.activations_bytes()),
-                format_bytes(p.runtime_bytes()), format_bytes(fixed_bytes),
+                "of {}): nothing is left for the KV cache",
+                format_bytes(d.weights_bytes), format_bytes(d.activations_bytes),
+                format_bytes(d.runtime_bytes), format_bytes(fixed_bytes),
                 format_bytes(p.budget_bytes), percent(budget.mem_fraction),
                 format_bytes(budget.device_bytes));
         } else {
@@ -363,7 +564,7 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
         uint64_t l_lo = 0, l_hi = c.max_model_len;
         while (l_lo < l_hi) {
             const uint64_t mid = (l_lo + l_hi + 1) / 2;
-            if (kv_bytes_for_len(p.kv_groups, mid, c.block_size, c.max_num_batched_tokens) <=
+            if (kv_bytes_for_len(device_groups, mid, c.block_size, c.max_num_batched_tokens) <=
                 kv_room)
                 l_lo = mid;
             else
@@ -379,6 +580,7 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
             q8.kv_dtype = KvDtype::Q8_0;
             try {
                 auto groups = kv_groups_for(hp, q8);
+                std::erase_if(groups, [](const KvGroupPlan& g) { return g.on_host; });
                 for (auto& g : groups)
                     g.max_blocks_per_seq =
                         blocks_for(g, c.max_model_len, c.block_size, c.max_num_batched_tokens);

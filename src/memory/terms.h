@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/kv-dtype.h"
@@ -50,6 +51,17 @@ struct ModelDesc {
     // What the tensors take in a GPU's memory: kernels::device_weight_slot()
     // of each as stored (vectors as f32). 0 when not known.
     uint64_t device_weight_bytes = 0;
+    // The same by part (model/placement.h), for a split between CPU and GPU:
+    // each part's bytes on the host (as the CPU backend holds them: the
+    // file's, plus an f32 copy of a 1-D tensor stored in another type) and on
+    // a GPU. Empty layers: not known (an estimate), planned from
+    // layer_weight_bytes.
+    struct PartBytes {
+        uint64_t host = 0;
+        uint64_t device = 0;
+    };
+    std::vector<PartBytes> layer_parts;
+    PartBytes embedding, output, output_norm, other;
 };
 
 // Exact weights from the tensor table; tokenizer bytes estimated from the
@@ -72,8 +84,10 @@ struct EngineConfig {
     // still only looks at the window): what an engine without windowed KV pays.
     bool swa_full = false;
     // The first n_cpu_layers transformer blocks keep their weights and KV in
-    // host memory (a GPU plan with layers left on the CPU): the terms count
-    // only what the device holds. 0 on a CPU-only engine.
+    // host memory (a GPU plan with layers left on the CPU). On headroom's own
+    // GPU backend (device != "host") the plan has both devices' terms, placed
+    // by model/placement.h; for a GPU of the table the terms count only what
+    // the device holds. 0 on a CPU-only engine.
     uint32_t n_cpu_layers = 0;
     // The device the backend runs on: "host" (the CPU backend) or a GPU
     // ("gpu0"). Off the host, the activation arena's staging part and the
@@ -94,6 +108,9 @@ struct BudgetSpec {
     // (a CUDA context and library workspaces), counted in the runtime term.
     // 0 on the CPU.
     uint64_t device_context_bytes = 0;
+    // A split's host share (the CPU layers' weights, KV and arena) must fit
+    // this × mem_fraction of host memory; 0: not checked.
+    uint64_t host_bytes = 0;
 };
 
 // Layers whose KV shares one block geometry and one pool region.
@@ -148,20 +165,28 @@ struct MemoryPlan {
     std::vector<KvGroupPlan> kv_groups;
     uint64_t kv_bytes_per_token = 0;  // all layers as if every layer were full attention
     uint64_t kv_bytes_per_seq = 0;    // one sequence of max_model_len (windows applied)
-    uint64_t kv_cache_bytes = 0;      // the pool: Σ n_blocks × block_bytes
+    uint64_t kv_cache_bytes = 0;      // the pool: Σ n_blocks × block_bytes (the device's groups)
     ActivationLayout activations;
     RuntimeBreakdown runtime;
+    // A split (n_cpu_layers > 0 on headroom's GPU backend): what the CPU's
+    // layers hold in host memory. The kv_groups on_host are theirs.
+    uint64_t host_weights_bytes = 0;    // their weights and the embedding table
+    uint64_t host_kv_cache_bytes = 0;   // their pool
+    ActivationLayout host_activations;  // their arena (its device part)
+    bool split() const { return config.n_cpu_layers > 0 && config.device != "host"; }
 
-    bool fits = false;     // the pool holds one sequence of max_model_len
-    std::string refusal;   // when !fits: the numbers and each fix with its effect
-    uint32_t fit_len = 0;  // when !fits: the longest context that would (whole blocks), or 0
+    bool fits = false;        // the pool holds one sequence of max_model_len
+    bool host_short = false;  // !fits because a split's host share exceeds host memory
+    std::string refusal;      // when !fits: the numbers and each fix with its effect
+    uint32_t fit_len = 0;     // when !fits: the longest context that would (whole blocks), or 0
     uint32_t max_num_seqs_at_max_model_len = 0;
     uint32_t max_model_len_at_max_num_seqs = 0;
 
     uint64_t activations_bytes() const { return activations.total_bytes; }
     uint64_t runtime_bytes() const { return runtime.total(); }
     uint64_t total_bytes() const {
-        return weights_bytes + kv_cache_bytes + activations_bytes() + runtime_bytes();
+        return weights_bytes + kv_cache_bytes + activations_bytes() + runtime_bytes() +
+               host_weights_bytes + host_kv_cache_bytes + host_activations.device_bytes;
     }
     // The terms by device, the backend's device first: one entry ("host")
     // for the CPU backend; for a GPU, the GPU and the host.
@@ -176,8 +201,10 @@ struct MemoryPlan {
 // per group, a length and every block of every table.
 uint64_t step_view_words(const EngineConfig& config, uint64_t n_groups);
 
-// The KV layer groups of a model (without pool sizes), for the layers from
-// config.n_cpu_layers on.
+// The KV layer groups of a model (without pool sizes). On headroom's GPU
+// backend a split's first config.n_cpu_layers layers have groups of their
+// own (on_host); for a GPU from the table those layers are left out (their
+// KV is host memory, reported apart).
 std::vector<KvGroupPlan> kv_groups_for(const HParams& hp, const EngineConfig& config);
 
 // Resolves defaults and computes every term. Never throws for a configuration
@@ -186,6 +213,11 @@ std::vector<KvGroupPlan> kv_groups_for(const HParams& hp, const EngineConfig& co
 MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config,
                        const BudgetSpec& budget);
 
+// With an explicit pool (--kv-cache-memory) a plan budgets its own terms
+// and fits whatever the device: this refuses it, with the numbers, when
+// they exceed mem_fraction of the device's memory.
+void refuse_past_device(MemoryPlan& plan, std::string_view device);
+
 // plan_memory, but a context that was not pinned (config.max_model_len 0)
 // fits by itself: when the trained context does not fit the budget, the plan
 // is for the longest context that does (whole blocks), and *note says so in
@@ -193,5 +225,35 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config,
 // asked, and refused as plan_memory refuses it.
 MemoryPlan plan_memory_fitting(const ModelDesc& model, const EngineConfig& config,
                                const BudgetSpec& budget, std::string* note);
+
+// --n-gpu-layers: how many of the model's layers run on the GPU.
+struct GpuLayers {
+    enum class Kind { Auto, All, Count };
+    Kind kind = Kind::Auto;
+    uint32_t count = 0;  // Kind::Count
+};
+
+struct LayerPlacement {
+    uint32_t n_cpu_layers = 0;
+    // false: every layer runs on the CPU (auto found no layer that fits the
+    // GPU, or --n-gpu-layers 0).
+    bool on_gpu = true;
+    MemoryPlan plan;   // the placement's plan (on the GPU); !plan.fits: refused
+    std::string note;  // one line: what went where and why (empty: all on the GPU)
+};
+
+// Places a model's layers for a GPU (config.device, budget the device's;
+// config.n_threads the host threads a CPU part would run with). Auto: the
+// most layers whose plan fits, the plan that sizes the engine: room on the
+// device for their weights, the KV of at least one sequence of
+// max_model_len (pinned, or the trained context), the activations and the
+// runtime; the other layers on the CPU. When not even one layer fits, every
+// layer on the CPU (on_gpu false). A count, or all, is planned as asked (an
+// unpinned context fitting by itself) and refused with the plan's numbers
+// when it does not fit. Throws headroom::Error for a count above the
+// model's layers.
+// `gpu`: the device's name in the note (default config.device).
+LayerPlacement place_layers(const ModelDesc& model, const EngineConfig& config,
+                            const BudgetSpec& budget, GpuLayers layers, std::string_view gpu = {});
 
 }  // namespace headroom

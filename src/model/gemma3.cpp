@@ -22,8 +22,9 @@ namespace {
 
 class Gemma3Model final : public Model {
   public:
-    Gemma3Model(const gguf::GgufFile& file, HParams hp, kernels::Backend& backend)
-        : Model(file, std::move(hp), backend) {
+    Gemma3Model(const gguf::GgufFile& file, HParams hp, kernels::Backend& backend,
+                kernels::Backend* cpu, uint32_t n_cpu_layers)
+        : Model(file, std::move(hp), backend, cpu, n_cpu_layers) {
         const auto& h = hp_;
         const int64_t q_dim = int64_t{h.n_head} * h.head_dim_k;
         const int64_t k_dim = int64_t{h.n_head_kv} * h.head_dim_k;
@@ -32,7 +33,8 @@ class Gemma3Model final : public Model {
         w_.tok_embd = matrix(
             "token_embd.weight", h.n_embd, h.n_vocab,
             h.tied_embeddings ? kernels::WeightUse::MatmulAndRows : kernels::WeightUse::Rows);
-        w_.output = h.tied_embeddings ? w_.tok_embd : matrix("output.weight", h.n_embd, h.n_vocab);
+        w_.output =
+            h.tied_embeddings ? tied_output() : matrix("output.weight", h.n_embd, h.n_vocab);
         w_.output_norm = vector("output_norm.weight", h.n_embd);
         for (uint32_t il = 0; il < h.n_layer; ++il) {
             const std::string p = fmt::format("blk.{}.", il);
@@ -54,14 +56,17 @@ class Gemma3Model final : public Model {
         }
     }
 
+    using Model::forward;
     void forward(const kernels::StepView& step, const kernels::KvLayout& kv,
-                 const ForwardBuffers& buf, kernels::Backend& be) const override {
+                 const ForwardBuffers& buf, kernels::Backend& be,
+                 const ForwardPart& part) const override {
         const auto& h = hp_;
         const int64_t T = step.n_tokens;
         kernels::AttentionOp attn = attention_op(buf);
 
-        be.get_rows(w_.tok_embd, step, std::sqrt(static_cast<float>(h.n_embd)), buf.x);
-        for (uint32_t il = 0; il < h.n_layer; ++il) {
+        if (part.embed)
+            be.get_rows(w_.tok_embd, step, std::sqrt(static_cast<float>(h.n_embd)), buf.x);
+        for (uint32_t il = part.first_layer; il < part.end_layer; ++il) {
             const LayerWeights& l = w_.layers[il];
             const bool local = h.layer_is_swa[il];
             kernels::RopeArgs rope_q{h.n_head,
@@ -95,15 +100,16 @@ class Gemma3Model final : public Model {
             be.rmsnorm(buf.xb, l.post_ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb);
             be.add(buf.x, buf.xb, T * h.n_embd);
         }
-        output_logits(step, buf, be, 0.0f);
+        if (part.output) output_logits(step, buf, be, 0.0f);
     }
 };
 
 }  // namespace
 
 std::unique_ptr<Model> make_gemma3_model(const gguf::GgufFile& file, HParams hp,
-                                         kernels::Backend& backend) {
-    return std::make_unique<Gemma3Model>(file, std::move(hp), backend);
+                                         kernels::Backend& backend, kernels::Backend* cpu,
+                                         uint32_t n_cpu_layers) {
+    return std::make_unique<Gemma3Model>(file, std::move(hp), backend, cpu, n_cpu_layers);
 }
 
 }  // namespace headroom

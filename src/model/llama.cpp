@@ -18,8 +18,9 @@ namespace {
 
 class LlamaModel final : public Model {
   public:
-    LlamaModel(const gguf::GgufFile& file, HParams hp, kernels::Backend& backend)
-        : Model(file, std::move(hp), backend) {
+    LlamaModel(const gguf::GgufFile& file, HParams hp, kernels::Backend& backend,
+               kernels::Backend* cpu, uint32_t n_cpu_layers)
+        : Model(file, std::move(hp), backend, cpu, n_cpu_layers) {
         const auto& h = hp_;
         const int64_t q_dim = int64_t{h.n_head} * h.head_dim_k;
         const int64_t k_dim = int64_t{h.n_head_kv} * h.head_dim_k;
@@ -29,7 +30,8 @@ class LlamaModel final : public Model {
         w_.tok_embd = matrix(
             "token_embd.weight", h.n_embd, h.n_vocab,
             h.tied_embeddings ? kernels::WeightUse::MatmulAndRows : kernels::WeightUse::Rows);
-        w_.output = h.tied_embeddings ? w_.tok_embd : matrix("output.weight", h.n_embd, h.n_vocab);
+        w_.output =
+            h.tied_embeddings ? tied_output() : matrix("output.weight", h.n_embd, h.n_vocab);
         w_.output_norm = vector("output_norm.weight", h.n_embd);
         w_.rope_freqs = vector("rope_freqs.weight", h.n_rot / 2, false);
         for (uint32_t il = 0; il < h.n_layer; ++il) {
@@ -49,12 +51,15 @@ class LlamaModel final : public Model {
             l.w_gate = matrix(p + "ffn_gate.weight", h.n_embd, h.n_ff);
             l.w_up = matrix(p + "ffn_up.weight", h.n_embd, h.n_ff);
             l.w_down = matrix(p + "ffn_down.weight", h.n_ff, h.n_embd);
+            l.rope_freqs = on_layer_device(w_.rope_freqs, il);
             w_.layers.push_back(l);
         }
     }
 
+    using Model::forward;
     void forward(const kernels::StepView& step, const kernels::KvLayout& kv,
-                 const ForwardBuffers& buf, kernels::Backend& be) const override {
+                 const ForwardBuffers& buf, kernels::Backend& be,
+                 const ForwardPart& part) const override {
         const auto& h = hp_;
         const int64_t T = step.n_tokens;
         kernels::RopeArgs rope_q{
@@ -69,8 +74,8 @@ class LlamaModel final : public Model {
         rope_k.n_head = h.n_head_kv;
         kernels::AttentionOp attn = attention_op(buf);
 
-        be.get_rows(w_.tok_embd, step, 1.0f, buf.x);
-        for (uint32_t il = 0; il < h.n_layer; ++il) {
+        if (part.embed) be.get_rows(w_.tok_embd, step, 1.0f, buf.x);
+        for (uint32_t il = part.first_layer; il < part.end_layer; ++il) {
             const LayerWeights& l = w_.layers[il];
             be.rmsnorm(buf.x, l.attn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb);
             project(be, buf.xb, T, {&l.wq, &l.wk, &l.wv}, {buf.q, buf.k, buf.v});
@@ -83,8 +88,8 @@ class LlamaModel final : public Model {
                 be.rmsnorm(buf.q, l.q_norm, 0.0f, h.rms_eps, T * h.n_head, h.head_dim_k, buf.q);
                 be.rmsnorm(buf.k, l.k_norm, 0.0f, h.rms_eps, T * h.n_head_kv, h.head_dim_k, buf.k);
             }
-            be.rope(buf.q, step, rope_q, w_.rope_freqs);
-            be.rope(buf.k, step, rope_k, w_.rope_freqs);
+            be.rope(buf.q, step, rope_q, l.rope_freqs);
+            be.rope(buf.k, step, rope_k, l.rope_freqs);
             be.store_kv(kv, il, step, buf.k, buf.v);
             attn.layer = il;
             be.attention(kv, step, attn);
@@ -97,15 +102,16 @@ class LlamaModel final : public Model {
             project(be, buf.gate, T, {&l.w_down}, {buf.xb});
             be.add(buf.x, buf.xb, T * h.n_embd);
         }
-        output_logits(step, buf, be, 0.0f);
+        if (part.output) output_logits(step, buf, be, 0.0f);
     }
 };
 
 }  // namespace
 
 std::unique_ptr<Model> make_llama_model(const gguf::GgufFile& file, HParams hp,
-                                        kernels::Backend& backend) {
-    return std::make_unique<LlamaModel>(file, std::move(hp), backend);
+                                        kernels::Backend& backend, kernels::Backend* cpu,
+                                        uint32_t n_cpu_layers) {
+    return std::make_unique<LlamaModel>(file, std::move(hp), backend, cpu, n_cpu_layers);
 }
 
 }  // namespace headroom

@@ -8,20 +8,48 @@
 #include "core/error.h"
 #include "format/gguf-reader.h"
 #include "kernels/cpu/ref/quant.h"
+#include "model/placement.h"
 
 namespace headroom {
 
-std::unique_ptr<Model> Model::load(const gguf::GgufFile& file, kernels::Backend& backend) {
+std::unique_ptr<Model> Model::load(const gguf::GgufFile& file, kernels::Backend& backend,
+                                   kernels::Backend* cpu, uint32_t n_cpu_layers) {
     HParams hp = read_hparams(file, true);
-    backend.begin_weights(file.data_section(), file.tensor_bytes_total(), file.is_mapped());
-    std::unique_ptr<Model> m = hp.arch == "gemma3" ? make_gemma3_model(file, std::move(hp), backend)
-                                                   : make_llama_model(file, std::move(hp), backend);
+    HR_CHECK(cpu || n_cpu_layers == 0);
+    if (n_cpu_layers >= hp.n_layer && n_cpu_layers > 0)
+        fail(
+            "{} layers on the CPU leaves none of the model's {} layers on the GPU: run it on the "
+            "CPU (--device cpu)",
+            n_cpu_layers, hp.n_layer);
+    backend.begin_weights(file.data_section(), file.is_mapped());
+    if (n_cpu_layers) cpu->begin_weights(file.data_section(), file.is_mapped());
+    std::unique_ptr<Model> m =
+        hp.arch == "gemma3" ? make_gemma3_model(file, std::move(hp), backend, cpu, n_cpu_layers)
+                            : make_llama_model(file, std::move(hp), backend, cpu, n_cpu_layers);
+    if (n_cpu_layers) cpu->end_weights();
     backend.end_weights();
     return m;
 }
 
-Model::Model(const gguf::GgufFile& file, HParams hp, kernels::Backend& backend)
-    : file_(file), hp_(std::move(hp)), backend_(backend) {}
+Model::Model(const gguf::GgufFile& file, HParams hp, kernels::Backend& backend,
+             kernels::Backend* cpu, uint32_t n_cpu_layers)
+    : file_(file),
+      hp_(std::move(hp)),
+      backend_(backend),
+      cpu_(n_cpu_layers ? cpu : nullptr),
+      n_cpu_layers_(n_cpu_layers) {}
+
+Weight Model::tied_output() {
+    if (!cpu_) return w_.tok_embd;
+    return matrix("token_embd.weight", hp_.n_embd, hp_.n_vocab, kernels::WeightUse::Matmul);
+}
+
+Weight Model::on_layer_device(const Weight& w, uint32_t il) const {
+    if (!cpu_ || !w || il >= n_cpu_layers_) return w;
+    for (const auto& [id, copy] : cpu_copies_)
+        if (id == w.id) return copy;
+    return w;
+}
 
 uint64_t Model::converted_bytes() const {
     uint64_t n = 0;
@@ -41,8 +69,32 @@ Weight Model::matrix(const std::string& name, int64_t n_cols, int64_t n_rows,
     if (!can_dequantize(t->type))
         fail("{}: tensor '{}' is {}, which headroom cannot compute with", file_.path(), name,
              headroom::name(t->type));
-    return backend_.upload_matrix(
-        {t->data, t->type, n_rows, n_cols, row_bytes(t->type, static_cast<uint64_t>(n_cols))}, use);
+    const kernels::HostTensor host{t->data, t->type, n_rows, n_cols,
+                                   row_bytes(t->type, static_cast<uint64_t>(n_cols))};
+    if (!cpu_) return backend_.upload_matrix(host, use);
+    // Split: where model/placement.h puts it. The embedding is read by rows
+    // on the CPU (tied_output() puts its copy for the output on the GPU).
+    uint32_t layer = 0;
+    const TensorRole role = tensor_role(name, &layer);
+    if (role == TensorRole::Embedding && use != kernels::WeightUse::Matmul)
+        return cpu_->upload_matrix(host, kernels::WeightUse::Rows);
+    const Placement at = place_tensor(role, layer, n_cpu_layers_, hp_.tied_embeddings);
+    if (!at.on_gpu) return cpu_->upload_matrix(host, use);
+    if (at.on_cpu) backend_.keep_host_pages(host.data);
+    return backend_.upload_matrix(host, use);
+}
+
+Weight Model::upload_vector(const std::string& name, const float* values, int64_t n,
+                            uint64_t stored_bytes) {
+    if (!cpu_) return backend_.upload_vector(values, n, stored_bytes);
+    uint32_t layer = 0;
+    const TensorRole role = tensor_role(name, &layer);
+    const Placement at = place_tensor(role, layer, n_cpu_layers_, hp_.tied_embeddings);
+    if (!at.on_gpu) return cpu_->upload_vector(values, n, stored_bytes);
+    if (at.on_cpu) backend_.keep_host_pages(values);
+    const Weight w = backend_.upload_vector(values, n, stored_bytes);
+    if (at.on_cpu) cpu_copies_.emplace_back(w.id, cpu_->upload_vector(values, n, stored_bytes));
+    return w;
 }
 
 Weight Model::vector(const std::string& name, int64_t n, bool required) {
@@ -55,14 +107,14 @@ Weight Model::vector(const std::string& name, int64_t n, bool required) {
     if (static_cast<int64_t>(t->n_elements) != n)
         fail("{}: tensor '{}' has {} elements, expected {}", file_.path(), name, t->n_elements, n);
     if (t->type == TensorType::F32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0)
-        return backend_.upload_vector(reinterpret_cast<const float*>(t->data), n);
+        return upload_vector(name, reinterpret_cast<const float*>(t->data), n, t->size_bytes);
     if (!can_dequantize(t->type))
         fail("{}: tensor '{}' is {}, which headroom cannot read", file_.path(), name,
              headroom::name(t->type));
     std::vector<float> copy(static_cast<size_t>(n));
     ref::dequantize_row(t->type, t->data, copy.data(), n);
     converted_.push_back(std::move(copy));
-    return backend_.upload_vector(converted_.back().data(), n);
+    return upload_vector(name, converted_.back().data(), n, t->size_bytes);
 }
 
 void Model::project(kernels::Backend& be, kernels::DevPtr x, int64_t n_tokens,

@@ -1,6 +1,7 @@
-// A loaded model: hyperparameters, handles of its weights in a backend,
-// and the forward pass of its architecture (one file per family: llama.cpp
-// covers llama / qwen2 / qwen3, gemma3.cpp covers gemma3).
+// A loaded model: hyperparameters, handles of its weights in a backend (or
+// two: a split model's first layers on the CPU, model/placement.h), and the
+// forward pass of its architecture (one file per family: llama.cpp covers
+// llama / qwen2 / qwen3, gemma3.cpp covers gemma3).
 //
 // forward() takes one step's view (tokens of any number of sequences, their
 // block tables), writes their K and V into the KV region, and leaves logits
@@ -34,6 +35,7 @@ struct LayerWeights {
     Weight bq, bk, bv;                     // qwen2 biases, or absent
     Weight q_norm, k_norm;                 // (head_dim_k) qwen3, gemma3
     Weight post_attn_norm, post_ffn_norm;  // (n_embd) gemma3
+    Weight rope_freqs;                     // the model's, on this layer's device, or absent
 };
 
 struct ModelWeights {
@@ -49,12 +51,26 @@ struct ForwardBuffers {
     kernels::DevPtr x, xb, q, k, v, attn, gate, up, logits;
 };
 
+// What one call of forward() runs: the embedding (or x as it is), layers
+// [first_layer, end_layer), and the output (or not). A model on one device
+// runs all of it at once; a split model its CPU part, then its GPU part.
+struct ForwardPart {
+    uint32_t first_layer = 0;
+    uint32_t end_layer = 0;
+    bool embed = true;
+    bool output = true;
+};
+
 class Model {
   public:
     // Validates every tensor the architecture needs (presence, shape, type),
     // throwing headroom::Error naming the first missing or wrong one, and
-    // uploads them to `backend`.
-    static std::unique_ptr<Model> load(const gguf::GgufFile& file, kernels::Backend& backend);
+    // uploads them to `backend`; with `cpu` and n_cpu_layers > 0, the first
+    // n_cpu_layers layers (and what model/placement.h puts with them) to `cpu`.
+    static std::unique_ptr<Model> load(const gguf::GgufFile& file, kernels::Backend& backend,
+                                       kernels::Backend* cpu = nullptr, uint32_t n_cpu_layers = 0);
+    // Layers on the CPU backend (0: all on the one backend).
+    uint32_t n_cpu_layers() const { return n_cpu_layers_; }
     virtual ~Model() = default;
 
     const HParams& hparams() const { return hp_; }
@@ -62,18 +78,36 @@ class Model {
     // Bytes of 1-D tensors converted to f32 at load (resident, not mapped).
     uint64_t converted_bytes() const;
 
-    // Runs one step; logits for step.logit_rows land in buf.logits,
+    // Runs `part` of one step on `be` (the backend its layers are on); with
+    // part.output, logits for step.logit_rows land in buf.logits,
     // (n_logit_rows, n_vocab). Precondition: the KV cache has grown for every
     // token and the step fits the arena.
     virtual void forward(const kernels::StepView& step, const kernels::KvLayout& kv,
-                         const ForwardBuffers& buf, kernels::Backend& be) const = 0;
+                         const ForwardBuffers& buf, kernels::Backend& be,
+                         const ForwardPart& part) const = 0;
+    // All of the step, on a model that is not split.
+    void forward(const kernels::StepView& step, const kernels::KvLayout& kv,
+                 const ForwardBuffers& buf, kernels::Backend& be) const {
+        forward(step, kv, buf, be, {0, hp_.n_layer, true, true});
+    }
 
   protected:
-    Model(const gguf::GgufFile& file, HParams hp, kernels::Backend& backend);
-    // Tensor lookups that validate shape and type, and upload the tensor.
+    Model(const gguf::GgufFile& file, HParams hp, kernels::Backend& backend, kernels::Backend* cpu,
+          uint32_t n_cpu_layers);
+    // Tensor lookups that validate shape and type, and upload the tensor to
+    // the backend model/placement.h puts it on.
     Weight matrix(const std::string& name, int64_t n_cols, int64_t n_rows,
                   kernels::WeightUse use = kernels::WeightUse::Matmul);
     Weight vector(const std::string& name, int64_t n, bool required = true);
+    // Uploads a vector to the backend(s) model/placement.h puts it on.
+    Weight upload_vector(const std::string& name, const float* values, int64_t n,
+                         uint64_t stored_bytes);
+    // The output matrix of a model whose embedding is tied: the embedding
+    // itself, or (split) its copy on the GPU.
+    Weight tied_output();
+    // w as layer il's device holds it (a tensor on both devices has a copy
+    // on the CPU for a split model's CPU layers).
+    Weight on_layer_device(const Weight& w, uint32_t il) const;
 
     // Shared pieces of the forward passes.
     // ys[i] = x @ ws[i]^T for up to 4 matrices of the same input width.
@@ -91,14 +125,21 @@ class Model {
     const gguf::GgufFile& file_;
     HParams hp_;
     kernels::Backend& backend_;
+    kernels::Backend* cpu_;
+    uint32_t n_cpu_layers_;
     ModelWeights w_;
+    // Tensors on both devices of a split: the main backend's handle id and
+    // the CPU's copy.
+    std::vector<std::pair<uint32_t, Weight>> cpu_copies_;
     // f32 copies of 1-D tensors stored in other types (each buffer stays put).
     std::vector<std::vector<float>> converted_;
 };
 
 std::unique_ptr<Model> make_llama_model(const gguf::GgufFile& file, HParams hp,
-                                        kernels::Backend& backend);
+                                        kernels::Backend& backend, kernels::Backend* cpu,
+                                        uint32_t n_cpu_layers);
 std::unique_ptr<Model> make_gemma3_model(const gguf::GgufFile& file, HParams hp,
-                                         kernels::Backend& backend);
+                                         kernels::Backend& backend, kernels::Backend* cpu,
+                                         uint32_t n_cpu_layers);
 
 }  // namespace headroom

@@ -197,6 +197,12 @@ json HttpServer::Impl::memory_json(const ServedModel& m) const {
             groups[g]["blocks_cached"] = em.kv_group_blocks_cached[g].load();
         }
     }
+    auto traffic = [](const TrafficCounters& c) {
+        return kernels::StepStats{c.submits.load(), c.waits.load(), c.dispatches.load(),
+                                  c.upload_bytes.load(), c.download_bytes.load()};
+    };
+    j["backend"] = traffic_json(
+        {m.backend, traffic(em.last_step), traffic(em.step_totals), em.n_steps.load()});
     j["prefix_cache"] = {{"query_tokens", em.prefix_query_tokens.load()},
                          {"hit_tokens", em.prefix_hit_tokens.load()}};
     const uint64_t rss = current_rss_bytes();

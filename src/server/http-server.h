@@ -61,6 +61,7 @@ struct ServedModel {
     const Tokenizer* tokenizer = nullptr;
     const ChatTemplate* chat_template = nullptr;
     std::vector<const Ledger*> ledgers;  // one per device (Backend::ledgers())
+    std::string backend;                 // its name, for /v1/memory's traffic
     // memory_report_json() taken before the engine started; /v1/memory
     // returns it with the values that change refreshed from atomics.
     nlohmann::json memory_report;

@@ -5,8 +5,9 @@
 // block comes back), cancellation, stop strings and refusals.
 //
 // ctest runs it once per backend, naming it in HEADROOM_TEST_BACKEND (cpu,
-// vulkan): the Vulkan run is reported skipped where this machine has no
-// Vulkan device. On Vulkan the soak's pool is what a device budget
+// vulkan, vulkan-split: the first of the model's two layers on the CPU, the
+// other on the GPU): the Vulkan runs are reported skipped where this machine
+// has no Vulkan device. On Vulkan the soak's pool is what a device budget
 // (--device-memory) of a few sequences leaves, and a decode step is checked
 // to be one submission and one wait.
 #include "engine/engine.h"
@@ -33,9 +34,16 @@ namespace {
 
 using ::testing::HasSubstr;
 
-bool on_vulkan() {
+std::string_view backend_under_test() {
     const char* b = std::getenv("HEADROOM_TEST_BACKEND");
-    return b && std::string_view(b) == "vulkan";
+    return b ? b : "cpu";
+}
+bool on_vulkan() {
+    return backend_under_test().starts_with("vulkan");
+}
+// Layers on the CPU of the split run.
+uint32_t n_cpu_layers() {
+    return backend_under_test() == "vulkan-split" ? 1 : 0;
 }
 
 // The backend under test, or null (with *why) when it cannot run here. A
@@ -72,6 +80,7 @@ struct TinyModel {
     Ledger ledger;
     std::string why;
     std::unique_ptr<kernels::Backend> backend;
+    std::unique_ptr<kernels::Backend> cpu;  // the split's CPU part
     std::vector<uint8_t> bytes;
     std::unique_ptr<gguf::GgufFile> file;
     std::unique_ptr<Model> model;
@@ -85,7 +94,8 @@ struct TinyModel {
         opt.progress = false;
         bytes = make_synth_model(find_synth_shape("tiny"), opt).to_bytes();
         file = std::make_unique<gguf::GgufFile>(gguf::GgufFile::parse(bytes, "tiny.gguf"));
-        model = Model::load(*file, *backend);
+        if (n_cpu_layers() > 0) cpu = std::make_unique<kernels::CpuBackend>(ledger, 1);
+        model = Model::load(*file, *backend, cpu.get(), n_cpu_layers());
         tokenizer = Tokenizer::from_gguf(*file);
         desc = describe_gguf(*file);
         desc.tokenizer_bytes = tokenizer->memory_bytes();
@@ -124,7 +134,7 @@ struct EngineSetup {
             o.budget.mem_fraction = 1.0;
             o.budget.device_context_bytes = m.backend->device_context_bytes();
         }
-        runner = std::make_unique<Runner>(*m.model, m.desc, o, *m.backend);
+        runner = std::make_unique<Runner>(*m.model, m.desc, o, *m.backend, m.cpu.get());
         engine = std::make_unique<Engine>(*runner, *tiny().tokenizer, metrics);
     }
 };
@@ -207,8 +217,14 @@ void soak(int n_requests, uint32_t seed) {
     // terms with that pool.
     std::unique_ptr<TinyModel> small;
     uint64_t kv_bytes = 8ull * 128 * kTinyKvPerToken;
+    // A split's device pool holds the GPU layer's half of each token; the
+    // host's pool as many blocks for the CPU's.
+    const uint32_t n_halves = n_cpu_layers() > 0 ? 2 : 1;
     if (on_vulkan()) {
+        kv_bytes /= n_halves;
         EngineConfig c;
+        c.n_cpu_layers = n_cpu_layers();
+        c.n_threads = 1;
         c.max_num_seqs = 80;
         c.max_model_len = 128;
         c.max_num_batched_tokens = 96;
@@ -223,7 +239,8 @@ void soak(int n_requests, uint32_t seed) {
     EngineSetup s(80, 128, kv_bytes, true, 96, small ? *small : tiny());
     ASSERT_EQ(s.runner->plan().kv_bytes_per_token, kTinyKvPerToken);
     if (small) {
-        ASSERT_EQ(s.runner->cache().n_blocks_total(), 8u * 128 / 16);
+        ASSERT_EQ(s.runner->cache().n_blocks_total(), n_halves * 8u * 128 / 16);
+        ASSERT_EQ(s.runner->plan().max_num_seqs_at_max_model_len, 8u);
     }
     Ledger& device = s.runner->ledger();
     const uint64_t reserved = device.snapshot()[Term::KvCache].reserved_bytes;
@@ -265,7 +282,8 @@ TEST(EngineSlow, Soak500RequestsAt10xOversubscription) {
 }
 
 // A GPU's decode step: one submission, one wait; up only the step view (the
-// token ids, positions, slots and block tables), down only the rows sampled.
+// token ids, positions, slots and block tables) and on a split the hidden
+// state from the CPU's layers, down only the rows sampled.
 TEST(Engine, ADecodeStepIsOneSubmissionAndOneWait) {
     HR_REQUIRE_BACKEND();
     if (tiny().backend->is_host()) GTEST_SKIP() << "the CPU backend submits nothing";
@@ -284,7 +302,8 @@ TEST(Engine, ADecodeStepIsOneSubmissionAndOneWait) {
     ASSERT_EQ(view.n_tokens, 3u);  // three sequences, one token each
     EXPECT_EQ(st.n_submits, 1u);
     EXPECT_EQ(st.n_waits, 1u);
-    EXPECT_EQ(st.upload_bytes, uint64_t{view.n_words} * 4);
+    const uint64_t hidden = n_cpu_layers() > 0 ? 3ull * tiny().model->hparams().n_embd * 4 : 0;
+    EXPECT_EQ(st.upload_bytes, uint64_t{view.n_words} * 4 + hidden);
     EXPECT_EQ(st.download_bytes, 3ull * tiny().model->hparams().n_vocab * 4);
     std::printf(
         "decode step of 3 sequences: %llu submission, %llu wait, %llu dispatches, %llu "

@@ -134,7 +134,7 @@ struct Mat {
             ref::dequantize_row(type, bytes.data() + r * rb, f32.data() + r * n_cols, n_cols);
         }
         VulkanBackend& be = *gpu().be;
-        be.begin_weights({}, 0, false);
+        be.begin_weights({}, false);
         w = be.upload_matrix({bytes.data(), type, n_rows, n_cols, rb}, WeightUse::MatmulAndRows);
         be.end_weights();
     }
@@ -142,8 +142,8 @@ struct Mat {
 
 Weight upload_vector(const std::vector<float>& v) {
     VulkanBackend& be = *gpu().be;
-    be.begin_weights({}, 0, false);
-    const Weight w = be.upload_vector(v.data(), static_cast<int64_t>(v.size()));
+    be.begin_weights({}, false);
+    const Weight w = be.upload_vector(v.data(), static_cast<int64_t>(v.size()), v.size() * 4);
     be.end_weights();
     return w;
 }

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "core/units.h"
 
@@ -182,6 +184,154 @@ TEST(Terms, BudgetWithoutRoomForWeightsSaysSo) {
     EXPECT_FALSE(p.fits);
     EXPECT_THAT(p.refusal, HasSubstr("weights (2.00 GiB)"));
     EXPECT_THAT(p.refusal, HasSubstr("nothing is left for the KV cache"));
+}
+
+// A model split between the CPU and a GPU, its parts' bytes by hand: 4
+// layers of 1 MiB on the host (1 MiB + 4 KiB as the GPU holds them), an
+// embedding of 8 MiB (the CPU's), an output matrix of 8 MiB and its norm of
+// 4 KiB (the GPU's).
+ModelDesc split_model() {
+    ModelDesc m;
+    m.hp = dense(4, 576, 9, 3, 1536, 49152, 8192);
+    m.layer_parts.assign(4, {1 << 20, (1 << 20) + 4096});
+    m.layer_weight_bytes.assign(4, 1 << 20);
+    m.embedding = {8 << 20, 8 << 20};
+    m.output = {8 << 20, 8 << 20};
+    m.output_norm = {2304, 4096};
+    m.weight_bytes = 4 * (1 << 20) + (16 << 20) + 2304;
+    m.device_weight_bytes = 4 * ((1 << 20) + 4096) + (16 << 20) + 4096;
+    return m;
+}
+
+EngineConfig split_config(uint32_t n_cpu_layers) {
+    EngineConfig c;
+    c.device = "gpu0";
+    c.max_model_len = 1024;
+    c.max_num_seqs = 1;
+    c.n_threads = 2;
+    c.n_cpu_layers = n_cpu_layers;
+    return c;
+}
+
+TEST(Terms, ASplitPlacesEachPartOnItsDeviceAndGivesTheHostLayersTheirOwnPool) {
+    const ModelDesc m = split_model();
+    BudgetSpec b;
+    b.device_bytes = 64ull << 20;
+    b.mem_fraction = 1.0;
+    const MemoryPlan p = plan_memory(m, split_config(3), b);
+    ASSERT_TRUE(p.fits) << p.refusal;
+    // The GPU: one layer, the output matrix and its norm; the host: three
+    // layers and the embedding.
+    EXPECT_EQ(p.weights_bytes, (1u << 20) + 4096 + (8u << 20) + 4096);
+    EXPECT_EQ(p.host_weights_bytes, 3u * (1 << 20) + (8u << 20));
+    // KV per layer and token: 2 × 3 heads × 64 × 2 B = 768 B; a block of 16
+    // tokens is 12 KiB a layer. Device group: 1 layer; host group: 3.
+    ASSERT_EQ(p.kv_groups.size(), 2u);
+    const KvGroupPlan& gpu = p.kv_groups[0];
+    const KvGroupPlan& host = p.kv_groups[1];
+    EXPECT_FALSE(gpu.on_host);
+    EXPECT_TRUE(host.on_host);
+    EXPECT_EQ(gpu.block_bytes, 16u * 768);
+    EXPECT_EQ(host.block_bytes, 3u * 16 * 768);
+    // The host's pool has as many blocks as the device's: one number of
+    // free blocks per sequence.
+    EXPECT_EQ(host.n_blocks, gpu.n_blocks);
+    EXPECT_EQ(p.kv_cache_bytes, gpu.n_blocks * gpu.block_bytes);
+    EXPECT_EQ(p.host_kv_cache_bytes, host.n_blocks * host.block_bytes);
+    // Only the device's terms count against its budget.
+    const std::vector<DeviceTerms> d = p.device_terms();
+    ASSERT_EQ(d.size(), 2u);
+    EXPECT_EQ(d[0].device, "gpu0");
+    EXPECT_EQ(d[0].weights_bytes, p.weights_bytes);
+    EXPECT_EQ(d[1].weights_bytes, p.host_weights_bytes);
+    EXPECT_EQ(d[1].kv_cache_bytes, p.host_kv_cache_bytes);
+    EXPECT_LE(p.budgeted_bytes(), p.budget_bytes);
+    EXPECT_EQ(p.total_bytes(), d[0].total_bytes() + d[1].total_bytes());
+}
+
+// What k layers on the GPU need of it: the device's terms with a pool of
+// exactly one sequence of max_model_len.
+uint64_t device_need(const ModelDesc& m, uint32_t n_gpu) {
+    EngineConfig c = split_config(m.hp.n_layer - n_gpu);
+    if (n_gpu == m.hp.n_layer) c.n_threads = 1;
+    BudgetSpec probe;
+    probe.kv_cache_bytes = 1;
+    probe.kv_cache_bytes = plan_memory(m, c, probe).kv_bytes_per_seq;
+    return plan_memory(m, c, probe).budgeted_bytes();
+}
+
+TEST(Terms, AutoPlacesTheMostLayersWhoseTermsFitTheDevice) {
+    const ModelDesc m = split_model();
+    for (uint32_t k = 1; k <= 4; ++k) {
+        BudgetSpec b;
+        b.mem_fraction = 1.0;
+        b.device_bytes = device_need(m, k);
+        const LayerPlacement at = place_layers(m, split_config(0), b, {});
+        ASSERT_TRUE(at.on_gpu) << k;
+        EXPECT_EQ(at.n_cpu_layers, 4 - k) << "budget " << b.device_bytes;
+        EXPECT_TRUE(at.plan.fits);
+        EXPECT_EQ(at.plan.max_num_seqs_at_max_model_len, 1u);
+        // A byte less: one layer fewer (or none, below).
+        b.device_bytes -= 1;
+        const LayerPlacement less = place_layers(m, split_config(0), b, {});
+        if (k > 1) {
+            ASSERT_TRUE(less.on_gpu);
+            EXPECT_EQ(less.n_cpu_layers, 5 - k);
+            EXPECT_THAT(less.note,
+                        HasSubstr(fmt::format("{} of the model's 4 layers on gpu0", k - 1)));
+        } else {
+            EXPECT_FALSE(less.on_gpu);
+            EXPECT_THAT(less.note, HasSubstr("not even one of the model's 4 layers fits gpu0"));
+            EXPECT_THAT(less.note, HasSubstr("running every layer on the CPU"));
+        }
+    }
+}
+
+TEST(Terms, ALayerMoreOnTheGpuTakesItsWeightsAndItsKvThere) {
+    const ModelDesc m = split_model();
+    // By hand: a layer is 1 MiB + 4 KiB on the GPU, and its KV for one
+    // sequence of 1024 tokens is 64 blocks × 16 tokens × 768 B.
+    const uint64_t layer = (1u << 20) + 4096 + 64u * 16 * 768;
+    EXPECT_EQ(device_need(m, 2) - device_need(m, 1), layer);
+    EXPECT_EQ(device_need(m, 3) - device_need(m, 2), layer);
+}
+
+TEST(Terms, AHostTooSmallForTheCpuLayersIsRefusedNotMovedToTheCpu) {
+    const ModelDesc m = split_model();
+    BudgetSpec b;
+    b.mem_fraction = 1.0;
+    b.device_bytes = device_need(m, 2);
+    b.host_bytes = 4u << 20;  // less than the embedding alone
+    const LayerPlacement at = place_layers(m, split_config(0), b, {});
+    ASSERT_TRUE(at.on_gpu);
+    EXPECT_EQ(at.n_cpu_layers, 2u);
+    EXPECT_FALSE(at.plan.fits);
+    EXPECT_TRUE(at.plan.host_short);
+    EXPECT_THAT(at.plan.refusal, HasSubstr("the 2 layers on the CPU need"));
+    EXPECT_THAT(at.plan.refusal, HasSubstr("of host memory"));
+}
+
+TEST(Terms, AnExplicitLayerCountIsPlannedAsAskedOrRefusedWithTheNumbers) {
+    const ModelDesc m = split_model();
+    BudgetSpec b;
+    b.mem_fraction = 1.0;
+    b.device_bytes = device_need(m, 2);
+    GpuLayers two{GpuLayers::Kind::Count, 2};
+    const LayerPlacement ok = place_layers(m, split_config(0), b, two);
+    EXPECT_TRUE(ok.plan.fits);
+    EXPECT_EQ(ok.n_cpu_layers, 2u);
+    const LayerPlacement refused = place_layers(m, split_config(0), b, {GpuLayers::Kind::Count, 3});
+    EXPECT_FALSE(refused.plan.fits);
+    EXPECT_THAT(refused.plan.refusal, HasSubstr("3 of the 4 layers on gpu0"));
+    EXPECT_THAT(refused.plan.refusal, HasSubstr("--n-gpu-layers auto"));
+    EXPECT_FALSE(place_layers(m, split_config(0), b, {GpuLayers::Kind::All, 0}).plan.fits);
+    const LayerPlacement none = place_layers(m, split_config(0), b, {GpuLayers::Kind::Count, 0});
+    EXPECT_FALSE(none.on_gpu);
+    EXPECT_THAT(
+        [&] {
+            place_layers(m, split_config(0), b, {GpuLayers::Kind::Count, 5});
+        },
+        ::testing::ThrowsMessage<Error>(HasSubstr("the model has 4 layers")));
 }
 
 }  // namespace

@@ -8,8 +8,9 @@
 2. the KV pool is in device memory: the process's RSS does not grow with
    --kv-cache-memory (on lavapipe, whose device memory is host memory, the
    pool's pages stay untouched until blocks are used);
-3. a device budget too small for the weights is refused at start-up, in one
-   line with the numbers and the fixes.
+3. a device budget too small for the weights, with every layer asked on it
+   (--n-gpu-layers all), is refused at start-up, in one line with the numbers
+   and the fixes.
 
 Skipped (exit code 77) where this machine has no Vulkan device."""
 import json
@@ -82,10 +83,10 @@ fail_if(large["devices"]["host"]["terms"]["kv_cache"]["reserved_bytes"] != 0, "K
 fail_if(growth > 32 * 2**20, f"host RSS grew {growth / 2**20:.1f} MiB with a pool {gpu_kv / 2**20:.0f} MiB larger")
 
 r = subprocess.run([headroom_bin(), "run", "-m", model, "-p", "hi", "-n", "1", "-q", "--device", "vulkan",
-                    "--device-memory", "64MiB"], capture_output=True, text=True)
+                    "--device-memory", "64MiB", "--n-gpu-layers", "all"], capture_output=True, text=True)
 lines = [line for line in r.stderr.splitlines() if line.strip()]
-print(f"a 64 MiB device: exit {r.returncode}: {lines[-1] if lines else ''}")
+print(f"a 64 MiB device, every layer on it: exit {r.returncode}: {lines[-1] if lines else ''}")
 fail_if(r.returncode != 1, f"exit code {r.returncode}, expected 1")
 fail_if(len(lines) != 1, f"expected one line on stderr, got {len(lines)}: {r.stderr}")
-for needed in ("the weights take 92.2 MiB", "57.6 MiB", "--device-memory", "--device cpu"):
+for needed in ("weights (92.2 MiB)", "57.6 MiB", "--n-gpu-layers auto"):
     fail_if(needed not in lines[0], f"the refusal does not say {needed!r}: {lines[0]}")

@@ -54,16 +54,16 @@ class CountingBackend final : public kernels::Backend {
         ++calls["copy_block"];
         inner_.copy_block(in(dst), in(src), n);
     }
-    void begin_weights(std::span<const uint8_t> file, uint64_t n, bool mapped) override {
-        inner_.begin_weights(file, n, mapped);
+    void begin_weights(std::span<const uint8_t> file, bool mapped) override {
+        inner_.begin_weights(file, mapped);
     }
     Weight upload_matrix(const kernels::HostTensor& t, kernels::WeightUse use) override {
         ++calls["upload_matrix"];
         return out(inner_.upload_matrix(t, use));
     }
-    Weight upload_vector(const float* v, int64_t n) override {
+    Weight upload_vector(const float* v, int64_t n, uint64_t stored) override {
         ++calls["upload_vector"];
-        return out(inner_.upload_vector(v, n));
+        return out(inner_.upload_vector(v, n, stored));
     }
     void end_weights() override { inner_.end_weights(); }
     void make_resident(bool progress) override { inner_.make_resident(progress); }
@@ -78,6 +78,11 @@ class CountingBackend final : public kernels::Backend {
         ++calls["begin_step"];
         inner_.begin_step(s);
     }
+    void upload_in_step(DevPtr dst, const void* src, uint64_t n) override {
+        ++calls["upload_in_step"];
+        inner_.upload_in_step(in(dst), src, n);
+    }
+    const void* host_view(DevPtr p) const override { return inner_.host_view(in(p)); }
     float* end_step(DevPtr logits, uint64_t n) override {
         ++calls["end_step"];
         return inner_.end_step(in(logits), n);

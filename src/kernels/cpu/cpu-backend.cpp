@@ -78,16 +78,20 @@ void CpuBackend::copy_block(DevPtr dst, DevPtr src, uint64_t bytes) {
 
 // ---- weights ----------------------------------------------------------------
 
-void CpuBackend::begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes,
-                               bool mapped) {
+void CpuBackend::begin_weights(std::span<const uint8_t> file_data, bool mapped) {
     file_data_ = file_data;
     file_mapped_ = mapped;
-    // The mapped file's tensors are this backend's weights.
-    ledger().reserve(Term::Weights, tensor_bytes);
-    ledger().allocate(Term::Weights, tensor_bytes);
 }
 
+void CpuBackend::count_weight(uint64_t bytes) {
+    ledger().reserve(Term::Weights, bytes);
+    ledger().allocate(Term::Weights, bytes);
+}
+
+// A tensor is read where it is mapped (or from its repacked copy, which
+// takes its place): its file bytes are this backend's.
 Weight CpuBackend::upload_matrix(const HostTensor& t, WeightUse use) {
+    count_weight(t.row_bytes * static_cast<uint64_t>(t.n_rows));
     Matrix m{t.data, t.type, t.n_rows, t.n_cols, t.row_bytes};
     weights_.push_back(m);
     const auto id = static_cast<uint32_t>(weights_.size());
@@ -96,14 +100,13 @@ Weight CpuBackend::upload_matrix(const HostTensor& t, WeightUse use) {
     return {t.type, t.n_rows, t.n_cols, t.row_bytes, id};
 }
 
-Weight CpuBackend::upload_vector(const float* values, int64_t n) {
+Weight CpuBackend::upload_vector(const float* values, int64_t n, uint64_t stored_bytes) {
     const auto* p = reinterpret_cast<const uint8_t*>(values);
     const uint64_t bytes = static_cast<uint64_t>(n) * sizeof(float);
-    // Vectors the model converted live outside the mapped file: count them.
-    if (p < file_data_.data() || p + bytes > file_data_.data() + file_data_.size()) {
-        ledger().reserve(Term::Weights, bytes);
-        ledger().allocate(Term::Weights, bytes);
-    }
+    // The file's bytes, and an f32 copy the model made outside the file.
+    count_weight(stored_bytes);
+    if (p < file_data_.data() || p + bytes > file_data_.data() + file_data_.size())
+        count_weight(bytes);
     weights_.push_back(Matrix{p, TensorType::F32, 1, n, bytes});
     const auto id = static_cast<uint32_t>(weights_.size());
     return {TensorType::F32, 1, n, bytes, id};

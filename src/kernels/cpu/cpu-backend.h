@@ -47,16 +47,19 @@ class CpuBackend final : public Backend {
     void download(void* dst, DevPtr src, uint64_t bytes) override;
     void copy_block(DevPtr dst, DevPtr src, uint64_t bytes) override;
 
-    void begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes,
-                       bool mapped) override;
+    void begin_weights(std::span<const uint8_t> file_data, bool mapped) override;
     Weight upload_matrix(const HostTensor& t, WeightUse use) override;
-    Weight upload_vector(const float* values, int64_t n) override;
+    Weight upload_vector(const float* values, int64_t n, uint64_t stored_bytes) override;
     void end_weights() override;
     void make_resident(bool progress) override;
 
     void set_workspace(const Workspace& ws) override;
     void set_act_precision(ActPrecision p) override { ctx_.act_precision = p; }
     void begin_step(const StepView&) override {}
+    void upload_in_step(DevPtr dst, const void* src, uint64_t bytes) override {
+        upload(dst, src, bytes);
+    }
+    const void* host_view(DevPtr p) const override { return host(p); }
     float* end_step(DevPtr logits, uint64_t n_floats) override;
 
     void get_rows(const Weight& table, const StepView& step, float scale, DevPtr out) override;
@@ -76,6 +79,7 @@ class CpuBackend final : public Backend {
     void gather_rows(DevPtr x, int64_t n_cols, const StepView& step, DevPtr out) override;
 
   private:
+    void count_weight(uint64_t bytes);
     struct Allocation {
         Region region;
         Term term = Term::Activations;

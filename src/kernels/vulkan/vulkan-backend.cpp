@@ -349,16 +349,10 @@ void VulkanBackend::copy_block(DevPtr dst, DevPtr src, uint64_t bytes) {
 
 // ---- weights ------------------------------------------------------------------
 
-void VulkanBackend::begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes,
-                                  bool mapped) {
+void VulkanBackend::begin_weights(std::span<const uint8_t> file_data, bool mapped) {
     file_data_ = file_data;
-    file_tensor_bytes_ = tensor_bytes;
     file_mapped_ = mapped;
-    // The mapped file is host memory while its tensors are copied.
-    if (mapped) {
-        host_ledger().reserve(Term::Weights, tensor_bytes);
-        host_ledger().allocate(Term::Weights, tensor_bytes);
-    }
+    kept_pages_.clear();
 }
 
 Weight VulkanBackend::upload_matrix(const HostTensor& t, WeightUse) {
@@ -372,7 +366,7 @@ Weight VulkanBackend::upload_matrix(const HostTensor& t, WeightUse) {
     return e.w;
 }
 
-Weight VulkanBackend::upload_vector(const float* values, int64_t n) {
+Weight VulkanBackend::upload_vector(const float* values, int64_t n, uint64_t) {
     WeightEntry e;
     const uint64_t bytes = static_cast<uint64_t>(n) * sizeof(float);
     e.w = {TensorType::F32, 1, n, bytes, static_cast<uint32_t>(weights_.size() + 1)};
@@ -423,17 +417,20 @@ void VulkanBackend::end_weights() {
         first = last;
     }
     bar.finish(format_bytes(total));
-    // The file's pages are not read again: the device has them.
+    // The file's pages of what went up are not read again: the device has
+    // them (whole pages inside each tensor; what the host also reads keeps its pages).
     if (file_mapped_) {
-        file_mapped_ = false;
         constexpr uint64_t kPage = 4096;
-        const auto begin =
-            (reinterpret_cast<uintptr_t>(file_data_.data()) + kPage - 1) & ~(kPage - 1);
-        const auto end =
-            (reinterpret_cast<uintptr_t>(file_data_.data() + file_data_.size())) & ~(kPage - 1);
-        if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-        host_ledger().release(Term::Weights, file_tensor_bytes_);
-        host_ledger().unreserve(Term::Weights, file_tensor_bytes_);
+        for (size_t i = begin; i < weights_.size(); ++i) {
+            const auto* p = weights_[i].host;
+            if (std::find(kept_pages_.begin(), kept_pages_.end(), p) != kept_pages_.end()) continue;
+            if (p < file_data_.data() ||
+                p + weights_[i].bytes > file_data_.data() + file_data_.size())
+                continue;
+            const auto lo = (reinterpret_cast<uintptr_t>(p) + kPage - 1) & ~(kPage - 1);
+            const auto hi = reinterpret_cast<uintptr_t>(p + weights_[i].bytes) & ~(kPage - 1);
+            if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+        }
     }
     if (staging_) {
         release(staging_);
@@ -530,6 +527,17 @@ void VulkanBackend::begin_step(const StepView& step) {
         vkCmdUpdateBuffer(step_cb_, a.buffer, step_device_.offset + done,
                           std::min<uint64_t>(65536, bytes - done),
                           reinterpret_cast<const uint8_t*>(step.words) + done);
+    step_counters_.upload_bytes += bytes;
+    record_barrier();
+}
+
+void VulkanBackend::upload_in_step(DevPtr dst, const void* src, uint64_t bytes) {
+    HR_CHECK(recording_);
+    const Allocation& a = allocation(dst);
+    for (uint64_t done = 0; done < bytes; done += 65536)
+        vkCmdUpdateBuffer(step_cb_, a.buffer, dst.offset + done,
+                          std::min<uint64_t>(65536, bytes - done),
+                          static_cast<const uint8_t*>(src) + done);
     step_counters_.upload_bytes += bytes;
     record_barrier();
 }

@@ -70,16 +70,18 @@ class VulkanBackend final : public Backend {
     void download(void* dst, DevPtr src, uint64_t bytes) override;
     void copy_block(DevPtr dst, DevPtr src, uint64_t bytes) override;
 
-    void begin_weights(std::span<const uint8_t> file_data, uint64_t tensor_bytes,
-                       bool mapped) override;
+    void begin_weights(std::span<const uint8_t> file_data, bool mapped) override;
     Weight upload_matrix(const HostTensor& t, WeightUse use) override;
-    Weight upload_vector(const float* values, int64_t n) override;
+    Weight upload_vector(const float* values, int64_t n, uint64_t stored_bytes) override;
+    void keep_host_pages(const void* data) override { kept_pages_.push_back(data); }
     void end_weights() override;
     void make_resident(bool) override {}
 
     void set_workspace(const Workspace& ws) override;
     void set_act_precision(ActPrecision) override {}
     void begin_step(const StepView& step) override;
+    void upload_in_step(DevPtr dst, const void* src, uint64_t bytes) override;
+    const void* host_view(DevPtr) const override { return nullptr; }
     float* end_step(DevPtr logits, uint64_t n_floats) override;
 
     void get_rows(const Weight& table, const StepView& step, float scale, DevPtr out) override;
@@ -149,8 +151,8 @@ class VulkanBackend final : public Backend {
     std::vector<WeightEntry> weights_;     // Weight::id - 1
     size_t n_uploaded_ = 0;                // weights_[0, n) are on the device
     std::span<const uint8_t> file_data_;
-    uint64_t file_tensor_bytes_ = 0;
     bool file_mapped_ = false;
+    std::vector<const void*> kept_pages_;  // keep_host_pages: tensors the host reads too
 
     VkPipelineLayout layout_ = VK_NULL_HANDLE;
     std::map<std::string, VkPipeline, std::less<>> pipelines_;

@@ -723,13 +723,13 @@ void VulkanBackend::store_kv(const KvLayout& kv, uint32_t layer, const StepView&
     const uint32_t g = kv.group_of_layer[layer];
     StoreKvArgs a{address(k),
                   address(v),
-                  address(kv.base_of_layer(layer)) + kv.index_in_group[layer] * kv.layer_bytes,
+                  address(kv.base_of_layer(layer)) + kv.k_offset(layer, 0, 0),
                   step_address(step.at.slots + g * step.n_tokens),
                   static_cast<uint32_t>(kv.group_block_bytes[g]),
                   kv.block_size,
                   static_cast<uint32_t>(kv.k_row_bytes),
                   static_cast<uint32_t>(kv.v_row_bytes),
-                  static_cast<uint32_t>(uint64_t{kv.n_head_kv} * kv.block_size * kv.k_row_bytes),
+                  static_cast<uint32_t>(kv.v_offset(layer, 0, 0) - kv.k_offset(layer, 0, 0)),
                   kv.n_head_kv,
                   kv.head_dim_k,
                   kv.head_dim_v};
@@ -745,7 +745,7 @@ void VulkanBackend::attention(const KvLayout& kv, const StepView& step, const At
     AttentionArgsGpu a{
         address(op.q),
         address(op.out),
-        address(kv.base_of_layer(op.layer)) + kv.index_in_group[op.layer] * kv.layer_bytes,
+        address(kv.base_of_layer(op.layer)) + kv.k_offset(op.layer, 0, 0),
         address(step_device_),
         step.at.positions,
         step.at.seq_of_token,
@@ -755,7 +755,7 @@ void VulkanBackend::attention(const KvLayout& kv, const StepView& step, const At
         kv.block_size,
         static_cast<uint32_t>(kv.k_row_bytes),
         static_cast<uint32_t>(kv.v_row_bytes),
-        static_cast<uint32_t>(uint64_t{kv.n_head_kv} * kv.block_size * kv.k_row_bytes),
+        static_cast<uint32_t>(kv.v_offset(op.layer, 0, 0) - kv.k_offset(op.layer, 0, 0)),
         op.n_head,
         op.n_head_kv,
         op.head_dim_k,

@@ -3,6 +3,7 @@
 // A table for people (verdict first), --json for tools.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -48,7 +49,70 @@ struct PlanOptions {
     bool json = false;
     bool list_models = false;
     bool list_devices = false;
+    // One request of several answers: --n samples (or --best-of), or beams.
+    uint32_t n_choices = 1;
+    uint32_t best_of = 0;
+    uint32_t beam_width = 0;
+    uint32_t prompt_tokens = 0;  // 0: half the context
+    uint32_t max_tokens = 0;     // 0: the rest of the context
+    uint32_t width() const { return std::max({n_choices, best_of, beam_width}); }
 };
+
+// The KV of one request of several candidates against as many separate
+// requests, by the function the scheduler admits it with.
+struct RequestKv {
+    uint32_t n_candidates = 1, n_prompt = 0, n_total = 0;
+    uint64_t shared_blocks = 0, separate_blocks = 0;  // summed over layer groups
+    uint64_t shared_bytes = 0, separate_bytes = 0;
+    uint64_t pool_blocks = 0;  // the smallest group's pool
+    bool fits = true;          // every group's blocks fit its pool, the seats max_num_seqs
+    std::string why;
+};
+
+RequestKv request_kv(const PlanOptions& o, const MemoryPlan& mp) {
+    RequestKv r;
+    const auto& c = mp.config;
+    r.n_candidates = o.width();
+    r.n_prompt = o.prompt_tokens ? o.prompt_tokens : std::max<uint32_t>(1, c.max_model_len / 2);
+    r.n_prompt = std::min(r.n_prompt, c.max_model_len - 1);
+    const uint32_t out = o.max_tokens ? o.max_tokens : c.max_model_len - r.n_prompt;
+    r.n_total =
+        static_cast<uint32_t>(std::min<uint64_t>(uint64_t{r.n_prompt} + out, c.max_model_len));
+    r.pool_blocks = UINT64_MAX;
+    for (const auto& g : mp.kv_groups) {
+        // A sequence of n tokens computes K/V for n - 1: its last is sampled, never fed.
+        const uint32_t one = request_kv_blocks(g, c.block_size, r.n_prompt, r.n_total - 1, 1);
+        const uint32_t all =
+            request_kv_blocks(g, c.block_size, r.n_prompt, r.n_total - 1, r.n_candidates);
+        r.shared_blocks += all;
+        r.separate_blocks += uint64_t{one} * r.n_candidates;
+        r.shared_bytes += all * g.block_bytes;
+        r.separate_bytes += uint64_t{one} * r.n_candidates * g.block_bytes;
+        r.pool_blocks = std::min(r.pool_blocks, g.n_blocks);
+        if (all > g.n_blocks && r.fits) {
+            r.fits = false;
+            r.why = fmt::format("it needs {} blocks, the pool has {}", all, g.n_blocks);
+        }
+    }
+    if (r.n_candidates > c.max_num_seqs) {
+        r.fits = false;
+        r.why = fmt::format("it runs {} sequences, --max-num-seqs is {}", r.n_candidates,
+                            c.max_num_seqs);
+    }
+    return r;
+}
+
+void print_request_kv(const PlanOptions& o, const RequestKv& r) {
+    const char* what = o.beam_width ? "beams" : "samples";
+    fmt::print(
+        "\n  one request of {} {} ({}-token prompt, up to {} tokens each): {} KV blocks ({}), "
+        "the prompt's full blocks once and each one's own tail\n",
+        r.n_candidates, what, r.n_prompt, r.n_total, r.shared_blocks, format_bytes(r.shared_bytes));
+    fmt::print("  as {} separate requests: {} blocks ({}), {:.2f}x more; {}\n", r.n_candidates,
+               r.separate_blocks, format_bytes(r.separate_bytes),
+               r.shared_blocks ? double(r.separate_blocks) / double(r.shared_blocks) : 0.0,
+               r.fits ? std::string("the request fits") : "refused: " + r.why);
+}
 
 PlanModel resolve_model(const PlanOptions& o) {
     return resolve_plan_model(o.model, o.hf_config, o.weight_type);
@@ -470,6 +534,7 @@ void print_human(const PlanModel& m, const Device& d, const Plan& p, const Capac
     }
     if (o.fit || !o.n_gpu_layers.empty()) print_auto_layers(m, d, auto_layers);
     if (quant) print_compare(m, d, p, *quant);
+    if (o.width() > 1 || o.prompt_tokens) print_request_kv(o, request_kv(o, mp));
 }
 
 }  // namespace
@@ -534,6 +599,18 @@ void add_plan_command(CLI::App& app) {
     cmd->add_flag("--json", o->json, "Print JSON for tools");
     cmd->add_flag("--list-models", o->list_models, "List the built-in models");
     cmd->add_flag("--list-devices", o->list_devices, "List the GPU table");
+    cmd->add_option("--n", o->n_choices,
+                    "KV of one request of this many samples sharing its prompt (with "
+                    "--prompt-tokens, --max-tokens)")
+        ->check(CLI::Range(1u, 128u));
+    cmd->add_option("--best-of", o->best_of, "Samples drawn for the request")
+        ->check(CLI::Range(1u, 128u));
+    cmd->add_option("--beam-width", o->beam_width, "Beams of the request")
+        ->check(CLI::Range(1u, 128u));
+    cmd->add_option("--prompt-tokens", o->prompt_tokens,
+                    "Prompt of the request (default: half the context)");
+    cmd->add_option("--max-tokens", o->max_tokens,
+                    "Tokens each sample or beam may generate (default: the rest of the context)");
     cmd->callback([o, wt, len, seqs, kv, cpu, ngl] {
         if (o->list_models || o->list_devices) {
             if (o->list_models)
@@ -558,7 +635,9 @@ void add_plan_command(CLI::App& app) {
             fail("--reserve {} leaves nothing of the device's {}", format_bytes(s.reserve_bytes),
                  format_bytes(device.total_bytes));
         s.config.max_model_len = o->max_model_len;
-        s.config.max_num_seqs = o->max_num_seqs;
+        // Each sample or beam of a request takes a sequence seat.
+        s.config.max_num_seqs =
+            seqs->count() ? o->max_num_seqs : std::max(o->max_num_seqs, o->width());
         s.config.max_num_batched_tokens = o->max_num_batched_tokens;
         s.config.swa_full = o->swa_full;
         s.config.block_size = o->block_size;
@@ -619,13 +698,26 @@ void add_plan_command(CLI::App& app) {
         if (!plan.fits_all()) sugg = fit_search(model, device, s, pins, o->fit || o->json ? 8 : 1);
         std::vector<QuantRow> quant;
         if (o->compare_quant) quant = compare_quant(model, device, s);
-        if (o->json)
-            fmt::print("{}\n", plan_json(model, device, plan, cap, sugg,
-                                         o->compare_quant ? &quant : nullptr, auto_layers)
-                                   .dump(2));
-        else
+        if (o->json) {
+            json j = plan_json(model, device, plan, cap, sugg, o->compare_quant ? &quant : nullptr,
+                               auto_layers);
+            if (o->width() > 1 || o->prompt_tokens) {
+                const RequestKv r = request_kv(*o, plan.mem);
+                j["request"] = {{"candidates", r.n_candidates},
+                                {"prompt_tokens", r.n_prompt},
+                                {"max_total_tokens", r.n_total},
+                                {"kv_blocks", r.shared_blocks},
+                                {"kv_bytes", r.shared_bytes},
+                                {"separate_kv_blocks", r.separate_blocks},
+                                {"separate_kv_bytes", r.separate_bytes},
+                                {"fits", r.fits},
+                                {"why", r.why}};
+            }
+            fmt::print("{}\n", j.dump(2));
+        } else {
             print_human(model, device, plan, cap, sugg, *o, o->compare_quant ? &quant : nullptr,
                         auto_layers);
+        }
     });
 }
 

@@ -2,6 +2,7 @@
 // text; progress, timings and the memory summary go to stderr.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -53,6 +54,10 @@ struct RunOptions {
     int64_t seed = -1;
     std::vector<std::string> stop;
     bool ignore_eos = false;
+    uint32_t n_choices = 1;
+    uint32_t best_of = 0;
+    uint32_t beam_width = 0;
+    float length_penalty = 1.0f;
     bool memory_report = false;
     std::string memory_report_json;
     bool quiet = false;
@@ -65,6 +70,8 @@ struct GenerationStats {
     double prompt_s = 0;
     double gen_s = 0;
     FinishReason finish = FinishReason::None;
+    uint32_t n_kv_blocks_peak = 0;
+    uint32_t n_kv_shared_peak = 0;
 };
 
 SamplingParams sampling_from(const RunOptions& o, uint32_t max_tokens) {
@@ -83,26 +90,40 @@ SamplingParams sampling_from(const RunOptions& o, uint32_t max_tokens) {
     return p;
 }
 
-// Runs one request to completion on this thread, printing text as it comes.
-// Returns the generated text.
-std::string generate(Engine& engine, std::vector<int32_t> prompt, const SamplingParams& params,
-                     GenerationStats& stats, bool quiet) {
+// Runs one request to completion on this thread, printing text as it comes
+// (one choice), or each choice under a header once all are done (several).
+// Returns the text of choice 0.
+std::string generate(Engine& engine, const RunOptions& o, std::vector<int32_t> prompt,
+                     const SamplingParams& params, GenerationStats& stats) {
     using Clock = std::chrono::steady_clock;
     std::string error;
     GenerateRequest req;
     req.prompt = std::move(prompt);
     req.params = params;
+    req.n = o.n_choices;
+    req.best_of = o.best_of;
+    req.beam_search = o.beam_width > 0;
+    req.beam_width = o.beam_width;
+    req.length_penalty = o.length_penalty;
+    const bool several = o.n_choices > 1;
     const auto start = Clock::now();
     // A long prompt takes seconds before the first token: show how far it is.
-    const bool long_prompt = !quiet && req.prompt.size() >= kPromptProgressTokens;
+    const bool long_prompt = !o.quiet && req.prompt.size() >= kPromptProgressTokens;
     Progress progress("prompt", req.prompt.size(), long_prompt);
     auto r = engine.submit(std::move(req), &error);
     if (!r) fail("{}", error);
-    std::string text;
+    std::vector<std::string> texts(r->n_choices());
+    std::vector<FinishReason> finish(r->n_choices(), FinishReason::None);
+    uint32_t n_open = r->n_choices();
     Clock::time_point first_token{};
     bool got_first = false;
     bool cancelled = false;
-    while (true) {
+    auto write = [](const std::string& t) {
+        // A full disk stops the run at once, with the reason.
+        if (std::fwrite(t.data(), 1, t.size(), stdout) != t.size() || std::fflush(stdout) != 0)
+            fail("writing to stdout: {}", std::strerror(errno));
+    };
+    while (n_open > 0) {
         if (g_interrupted.load() && !cancelled) {
             engine.cancel(r->id());
             cancelled = true;
@@ -112,34 +133,37 @@ std::string generate(Engine& engine, std::vector<int32_t> prompt, const Sampling
             progress.update(r->n_prompt_done(), fmt::format("{} of {} tokens", r->n_prompt_done(),
                                                             r->n_prompt_tokens()));
         TokenEvent ev;
-        bool done = false;
         while (r->next(ev, std::chrono::milliseconds(0))) {
-            if (ev.token >= 0 && !got_first) {
+            if ((ev.token >= 0 || !ev.text.empty()) && !got_first) {
                 first_token = Clock::now();
                 got_first = true;
                 if (long_prompt) progress.finish(fmt::format("{} tokens", r->n_prompt_tokens()));
             }
+            if (ev.index >= texts.size()) continue;
             if (!ev.text.empty()) {
-                // A full disk stops the run at once, with the reason.
-                if (std::fwrite(ev.text.data(), 1, ev.text.size(), stdout) != ev.text.size() ||
-                    std::fflush(stdout) != 0)
-                    fail("writing to stdout: {}", std::strerror(errno));
-                text += ev.text;
+                if (!several) write(ev.text);
+                texts[ev.index] += ev.text;
             }
-            if (ev.finish != FinishReason::None) {
-                stats.finish = ev.finish;
-                done = true;
+            if (ev.finish != FinishReason::None && finish[ev.index] == FinishReason::None) {
+                finish[ev.index] = ev.finish;
+                --n_open;
             }
         }
-        if (done) break;
     }
+    if (several)
+        for (size_t i = 0; i < texts.size(); ++i)
+            write(fmt::format("{}--- choice {} of {} ({}) ---\n{}\n", i ? "\n" : "", i + 1,
+                              texts.size(), name(finish[i]), texts[i]));
     const auto end = Clock::now();
+    stats.finish = finish[0];
     stats.n_prompt = r->n_prompt_tokens();
     stats.n_cached = r->n_cached_tokens();
     stats.n_output = r->n_output_tokens();
+    stats.n_kv_blocks_peak = r->n_kv_blocks_peak();
+    stats.n_kv_shared_peak = r->n_kv_blocks_shared_peak();
     stats.prompt_s = got_first ? std::chrono::duration<double>(first_token - start).count() : 0;
     stats.gen_s = got_first ? std::chrono::duration<double>(end - first_token).count() : 0;
-    return text;
+    return texts[0];
 }
 
 void print_stats(const GenerationStats& s) {
@@ -189,6 +213,20 @@ void add_run_command(CLI::App& app) {
     cmd->add_option("-s,--seed", o->seed, "Random seed (-1: random)")->capture_default_str();
     cmd->add_option("--stop", o->stop, "Stop string (repeatable); not included in the output");
     cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");
+    cmd->add_option("--n,--samples", o->n_choices,
+                    "Answers to the prompt (each sample i uses seed + i); the prompt is computed "
+                    "once and its KV blocks shared")
+        ->check(CLI::Range(1u, 128u))
+        ->capture_default_str();
+    cmd->add_option("--best-of", o->best_of,
+                    "Draw this many samples and print the --n of highest cumulative logprob")
+        ->check(CLI::Range(1u, 128u));
+    cmd->add_option("--beam-width", o->beam_width,
+                    "Beam search with this many beams (deterministic; prints the --n best)")
+        ->check(CLI::Range(1u, 128u));
+    cmd->add_option("--length-penalty", o->length_penalty,
+                    "Beam score: cumulative logprob / length^penalty")
+        ->capture_default_str();
     cmd->add_flag("--memory-report", o->memory_report,
                   "Print the memory report (predicted vs ledger vs RSS) to stderr");
     cmd->add_option("--memory-report-json", o->memory_report_json,
@@ -206,7 +244,9 @@ void add_run_command(CLI::App& app) {
             ss << in.rdbuf();
             o->prompt = ss.str();
         }
-        RunnerOptions ro = runner_options(o->engine, 1);
+        // Every sample or beam of the request runs as a sequence of its own.
+        const uint32_t width = std::max({o->n_choices, o->best_of, o->beam_width});
+        RunnerOptions ro = runner_options(o->engine, width);
         BackendOptions bo = backend_options(o->engine, ro);
         bo.progress = !o->quiet;
         LoadedModel lm = open_model(o->engine.model, bo);
@@ -227,10 +267,18 @@ void add_run_command(CLI::App& app) {
         if (!o->chat) {
             auto tokens = lm.tokenizer->encode(o->prompt, true, true);
             GenerationStats stats;
-            generate(engine, tokens,
-                     sampling_from(*o, std::max<uint32_t>(1, max_tokens_for(tokens.size()))), stats,
-                     o->quiet);
+            generate(engine, *o, tokens,
+                     sampling_from(*o, std::max<uint32_t>(1, max_tokens_for(tokens.size()))),
+                     stats);
             if (!o->quiet) print_stats(stats);
+            if (o->memory_report) {
+                const uint64_t bb = runner.cache().pool(0).block_bytes();
+                fmt::print(stderr,
+                           "request KV at its peak: {} blocks ({}); {} more table entries shared "
+                           "those blocks instead of copying them ({} saved)\n",
+                           stats.n_kv_blocks_peak, format_bytes(stats.n_kv_blocks_peak * bb),
+                           stats.n_kv_shared_peak, format_bytes(stats.n_kv_shared_peak * bb));
+            }
         } else {
             const ChatTemplate tmpl = ChatTemplate::from_gguf(*lm.file);
             if (!o->quiet)
@@ -256,9 +304,8 @@ void add_run_command(CLI::App& app) {
                 }
                 GenerationStats stats;
                 g_interrupted.store(false);
-                const std::string reply =
-                    generate(engine, tokens, sampling_from(*o, max_tokens_for(tokens.size())),
-                             stats, o->quiet);
+                const std::string reply = generate(
+                    engine, *o, tokens, sampling_from(*o, max_tokens_for(tokens.size())), stats);
                 fmt::print("\n");
                 std::fflush(stdout);
                 if (!o->quiet) print_stats(stats);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 
@@ -15,7 +16,7 @@ using Clock = std::chrono::steady_clock;
 void Request::push(TokenEvent event) {
     {
         std::lock_guard lk(mu_);
-        if (event.finish != FinishReason::None) done_ = true;
+        if (event.finish != FinishReason::None && ++n_closed_ >= n_choices_) done_ = true;
         // A reader that lags keeps half the vector taken: close the gap
         // rather than grow (erasing does not reallocate).
         if (head_ > 0 && 2 * head_ >= events_.size()) {
@@ -56,6 +57,9 @@ Engine::Engine(Runner& runner, const Tokenizer& tokenizer, EngineMetrics& metric
     const auto& c = runner.plan().config;
     batch_.reserve(c.max_num_batched_tokens, c.max_num_seqs, c.max_logit_rows);
     finished_this_step_.reserve(c.max_num_seqs);
+    beam_requests_.reserve(c.max_num_seqs);
+    row_copy_.reserve(runner.model().hparams().n_vocab);
+    block_scratch_.reserve(size_t{c.max_num_seqs} * (c.max_model_len / c.block_size + 2));
     metrics_.kv_blocks_total = runner.cache().n_blocks_total();
 }
 
@@ -69,10 +73,34 @@ std::shared_ptr<Request> Engine::submit(GenerateRequest request, std::string* er
         *error = std::move(why);
         return nullptr;
     };
-    if (auto why = request.params.validate(); !why.empty()) return refuse(why);
-    if (request.params.max_tokens == 0) return refuse("max_tokens must be at least 1");
+    const SamplingParams& p = request.params;
+    if (!request.beam_search)
+        if (auto why = p.validate(); !why.empty()) return refuse(why);
+    if (p.max_tokens == 0) return refuse("max_tokens must be at least 1");
+    if (request.n == 0) return refuse("n must be at least 1");
+    uint32_t n_candidates = request.n;
+    if (request.beam_search) {
+        const uint32_t width = request.beam_width ? request.beam_width : request.n;
+        if (width < request.n)
+            return refuse(fmt::format("beam_width ({}) must be at least n ({})", width, request.n));
+        if (!p.stop.empty()) return refuse("stop strings are not supported with beam search");
+        if (p.logprobs || p.n_logprobs) return refuse("logprobs are not returned with beam search");
+        if (!(request.length_penalty >= -10.0f && request.length_penalty <= 10.0f))
+            return refuse("length_penalty must be between -10 and 10");
+        n_candidates = width;
+    } else if (request.best_of) {
+        if (request.best_of < request.n)
+            return refuse(
+                fmt::format("best_of ({}) must be at least n ({})", request.best_of, request.n));
+        n_candidates = request.best_of;
+    }
     const auto n_prompt = static_cast<uint32_t>(request.prompt.size());
-    if (auto why = scheduler_.check_admissible(n_prompt); !why.empty()) return refuse(why);
+    const auto max_total = static_cast<uint32_t>(
+        std::min<uint64_t>(uint64_t{n_prompt} + p.max_tokens, max_model_len()));
+    if (auto why = n_candidates > 1 ? scheduler_.check_admissible(n_prompt, max_total, n_candidates)
+                                    : scheduler_.check_admissible(n_prompt);
+        !why.empty())
+        return refuse(why);
     for (int32_t t : request.prompt)
         if (t < 0 || t >= tokenizer_.n_vocab())
             return refuse(fmt::format("token id {} is outside the vocabulary (0..{})", t,
@@ -81,20 +109,44 @@ std::shared_ptr<Request> Engine::submit(GenerateRequest request, std::string* er
     auto r = std::make_shared<Request>();
     r->id_ = next_id_.fetch_add(1);
     r->n_prompt_ = n_prompt;
+    r->n_choices_ = request.n;
     r->params_ = std::move(request.params);
-    r->seq_.id = r->id_;
-    r->seq_.n_prompt = n_prompt;
-    r->seq_.max_total = static_cast<uint32_t>(
-        std::min<uint64_t>(uint64_t{n_prompt} + r->params_.max_tokens, max_model_len()));
-    r->seq_.tokens = std::move(request.prompt);
-    r->seq_.tokens.reserve(r->seq_.max_total);
-    r->sampler_ = std::make_unique<Sampler>(r->params_);
-    r->decoder_ = std::make_unique<StreamDecoder>(tokenizer_, request.render_special);
-    for (const auto& s : r->params_.stop)
-        r->max_stop_bytes_ = std::max(r->max_stop_bytes_, s.size());
+    r->render_special_ = request.render_special;
+    r->beam_ = request.beam_search;
+    r->hold_ = !r->beam_ && n_candidates > request.n;
+    r->length_penalty_ = request.length_penalty;
+    r->early_stopping_ = request.early_stopping;
+    r->cands_.resize(n_candidates);
+    for (uint32_t i = 0; i < n_candidates; ++i) {
+        Request::Candidate& c = r->cands_[i];
+        Sequence& seq = c.seq;
+        seq.id = r->id_;
+        seq.index = i;
+        seq.n_prompt = n_prompt;
+        seq.max_total = max_total;
+        seq.tokens.reserve(max_total);
+        if (!r->beam_) {
+            SamplingParams sp = r->params_;
+            if (sp.seed) sp.seed = *sp.seed + i;  // sample i: seed + i
+            c.sampler = std::make_unique<Sampler>(sp);
+            c.decoder = std::make_unique<StreamDecoder>(tokenizer_, request.render_special);
+            c.text.reserve(64);
+        } else {
+            c.next.reserve(2 * n_candidates);
+        }
+    }
+    r->cands_[0].seq.tokens = std::move(request.prompt);
+    r->cands_[0].seq.tokens.reserve(max_total);
+    r->cands_[0].live = true;
+    r->group_.id = r->id_;
+    r->group_.seqs.reserve(n_candidates);
+    r->group_.seqs.push_back(&r->cands_[0].seq);
+    r->group_.n_seats = n_candidates;
+    if (r->beam_) r->hyps_.reserve(n_candidates + 1);
+    for (const auto& stop : r->params_.stop)
+        r->max_stop_bytes_ = std::max(r->max_stop_bytes_, stop.size());
     r->t_arrival_ = Clock::now();
     r->events_.reserve(16);
-    r->text_.reserve(64);
     {
         std::lock_guard lk(inbox_mu_);
         if (!accepting_) return refuse("the server is shutting down");
@@ -128,8 +180,8 @@ void Engine::drain_inbox() {
         abort_all = abort_all_;
     }
     for (auto& r : incoming) {
-        scheduler_.add(&r->seq_);
-        by_seq_[&r->seq_] = r.get();
+        scheduler_.add(&r->group_);
+        for (const auto& c : r->cands_) by_seq_[&c.seq] = r.get();
         metrics_.prompt_tokens.fetch_add(r->n_prompt_, std::memory_order_relaxed);
         active_.emplace(r->id_, std::move(r));
     }
@@ -184,49 +236,259 @@ void Engine::run_step(const SchedulerOutput& out) {
             batch_.add_token(s.seq->tokens[i], i, idx, s.sample && i == last);
             n_prompt_computed += i < s.seq->n_prompt;
         }
+        if (s.seq->index != 0) continue;
         Request& r = *by_seq_.at(s.seq);
         r.n_cached_.store(s.seq->n_cached_prompt, std::memory_order_relaxed);
         r.n_prompt_done_.store(std::min(last + 1, s.seq->n_prompt), std::memory_order_relaxed);
     }
     metrics_.computed_prompt_tokens.fetch_add(n_prompt_computed, std::memory_order_relaxed);
 
+    for (const ScheduledSeq& s : out.seqs)
+        if (s.seq->group && s.seq->group->seqs[0] == s.seq) count_sharing(*by_seq_.at(s.seq));
     float* logits = runner_.forward(batch_);
+    // Publish filled blocks first, so forks and finished prompts find them cached.
+    for (const ScheduledSeq& s : out.seqs)
+        runner_.cache().publish_full_blocks(s.seq->kv, s.seq->tokens);
     const int32_t n_vocab = static_cast<int32_t>(runner_.model().hparams().n_vocab);
     finished_this_step_.clear();
+    beam_requests_.clear();
     size_t row = 0;
     for (const ScheduledSeq& s : out.seqs) {
         if (!s.sample) continue;
         Request& r = *by_seq_.at(s.seq);
-        Sequence& seq = r.seq_;
+        Request::Candidate& c = r.cands_[s.seq->index];
         const std::span<float> l(logits + row * static_cast<size_t>(n_vocab),
                                  static_cast<size_t>(n_vocab));
         ++row;
-        const std::span<const int32_t> prompt(seq.tokens.data(), seq.n_prompt);
-        const std::span<const int32_t> output(seq.tokens.data() + seq.n_prompt, seq.n_output());
-        const SampleResult res = r.sampler_->sample(
-            l, prompt, output, reinterpret_cast<uint8_t*>(runner_.sampler_scratch()));
-        seq.tokens.push_back(res.token);
-        emit_token(r, res);
+        if (r.beam_) {
+            rank_continuations(r, c, l);
+            if (!r.in_step_) {
+                r.in_step_ = true;
+                beam_requests_.push_back(&r);
+            }
+        } else if (!r.forked_ && r.cands_.size() > 1) {
+            fan_out(r, l);
+        } else {
+            sample_into(r, c, l);
+        }
     }
-    // Publish filled blocks before finishing, so finished prompts stay cached.
-    for (const ScheduledSeq& s : out.seqs)
-        runner_.cache().publish_full_blocks(s.seq->kv, s.seq->tokens);
-    for (Request* r : finished_this_step_) finish(*r, r->finish_.load());
+    for (Request* r : beam_requests_) {
+        r->in_step_ = false;
+        beam_step(*r);
+    }
+    for (auto [r, i] : finished_this_step_) finish_candidate(*r, r->cands_[i], r->cands_[i].finish);
 }
 
-void Engine::emit_token(Request& r, const SampleResult& s) {
+void Engine::sample_into(Request& r, Request::Candidate& c, std::span<float> logits) {
+    Sequence& seq = c.seq;
+    const std::span<const int32_t> prompt(seq.tokens.data(), seq.n_prompt);
+    const std::span<const int32_t> output(seq.tokens.data() + seq.n_prompt, seq.n_output());
+    const SampleResult res = c.sampler->sample(
+        logits, prompt, output, reinterpret_cast<uint8_t*>(runner_.sampler_scratch()));
+    seq.tokens.push_back(res.token);
+    c.cum_logprob += res.logprob;
+    emit_token(r, c, res);
+}
+
+void Engine::fan_out(Request& r, std::span<float> logits) {
+    r.forked_ = true;
+    Request::Candidate& lead = r.cands_[0];
+    for (size_t i = 1; i < r.cands_.size(); ++i) {
+        Request::Candidate& c = r.cands_[i];
+        c.seq.tokens.assign(lead.seq.tokens.begin(), lead.seq.tokens.end());
+        scheduler_.fork(&lead.seq, &c.seq);
+        c.live = true;
+    }
+    row_copy_.assign(logits.begin(), logits.end());  // penalties change the row in place
+    for (size_t i = 0; i < r.cands_.size(); ++i) {
+        if (i > 0) std::copy(row_copy_.begin(), row_copy_.end(), logits.begin());
+        sample_into(r, r.cands_[i], logits);
+    }
+}
+
+void Engine::rank_continuations(Request& r, Request::Candidate& c, std::span<const float> logits) {
+    // log p(t) = l_t - max - log sum_j exp(l_j - max)
+    const float mx = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (float x : logits) sum += std::exp(static_cast<double>(x - mx));
+    const auto log_z = static_cast<float>(std::log(sum)) + mx;
+    const size_t k = std::min<size_t>(2 * r.cands_.size(), logits.size());
+    // The k largest logits, kept sorted best first (ties: the lower token id).
+    auto better = [](const TokenLogprob& a, const TokenLogprob& b) {
+        return a.logprob > b.logprob || (a.logprob == b.logprob && a.token < b.token);
+    };
+    c.next.clear();
+    for (size_t t = 0; t < logits.size(); ++t) {
+        const TokenLogprob cand{static_cast<int32_t>(t), logits[t]};
+        if (c.next.size() == k && !better(cand, c.next.back())) continue;
+        if (c.next.size() == k) c.next.pop_back();
+        c.next.insert(std::upper_bound(c.next.begin(), c.next.end(), cand, better), cand);
+    }
+    for (auto& x : c.next) x.logprob -= log_z;
+    c.has_next = true;
+}
+
+void Engine::add_hypothesis(Request& r, const Request::Candidate& c, int32_t end_token, double cum,
+                            FinishReason reason) {
+    Request::Hypothesis h;
+    h.output.assign(c.seq.tokens.begin() + c.seq.n_prompt, c.seq.tokens.end());
+    h.n_tokens = static_cast<uint32_t>(h.output.size()) + (end_token >= 0 ? 1 : 0);
+    h.reason = reason;
+    h.score = cum / std::pow(static_cast<double>(std::max<uint32_t>(h.n_tokens, 1)),
+                             static_cast<double>(r.length_penalty_));
+    // Kept best first, at most beam_width of them (stable: earlier wins ties).
+    auto at = std::upper_bound(
+        r.hyps_.begin(), r.hyps_.end(), h.score,
+        [](double score, const Request::Hypothesis& x) { return score > x.score; });
+    r.hyps_.insert(at, std::move(h));
+    if (r.hyps_.size() > r.cands_.size()) r.hyps_.pop_back();
+}
+
+void Engine::beam_step(Request& r) {
+    const size_t width = r.cands_.size();
+    for (const auto& c : r.cands_)
+        if (c.live && !c.has_next) return;  // a beam still computes its tail
+    struct Option {
+        double score;
+        uint32_t slot;
+        int32_t token;
+        float logprob;
+    };
+    std::vector<Option> options;
+    for (uint32_t i = 0; i < width; ++i) {
+        const auto& c = r.cands_[i];
+        if (!c.live) continue;
+        for (const auto& x : c.next)
+            options.push_back({c.cum_logprob + x.logprob, i, x.token, x.logprob});
+    }
+    std::sort(options.begin(), options.end(), [](const Option& a, const Option& b) {
+        if (a.score != b.score) return a.score > b.score;
+        if (a.slot != b.slot) return a.slot < b.slot;
+        return a.token < b.token;
+    });
+    const auto& stop_ids = r.params_.stop_token_ids;
+    auto ends = [&](int32_t t) {
+        return (!r.params_.ignore_eos && tokenizer_.is_end_of_generation(t)) ||
+               std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end();
+    };
+    // The best `width` continuations that do not end; an ending one among
+    // the best `width` is a finished hypothesis.
+    std::vector<Option> chosen;
+    for (size_t rank = 0; rank < options.size() && chosen.size() < width; ++rank) {
+        const Option& o = options[rank];
+        if (ends(o.token)) {
+            if (rank < width)
+                add_hypothesis(r, r.cands_[o.slot], o.token, o.score, FinishReason::Stop);
+            continue;
+        }
+        chosen.push_back(o);
+    }
+    // Parents no continuation chose are dropped (their own blocks freed);
+    // a parent chosen k times keeps one and forks k - 1 into free slots.
+    std::vector<uint32_t> n_children(width, 0);
+    for (const Option& o : chosen) ++n_children[o.slot];
+    std::vector<uint32_t> free_slots;
+    for (uint32_t i = 0; i < width; ++i) {
+        auto& c = r.cands_[i];
+        c.has_next = false;
+        if (c.live && n_children[i] == 0) {
+            scheduler_.remove_member(&c.seq);
+            c.live = false;
+        }
+        if (!c.live) free_slots.push_back(i);
+    }
+    std::vector<uint32_t> target(chosen.size());
+    std::vector<bool> parent_used(width, false);
+    for (size_t j = 0; j < chosen.size(); ++j) {
+        const uint32_t p = chosen[j].slot;
+        if (!parent_used[p]) {
+            parent_used[p] = true;
+            target[j] = p;
+            continue;
+        }
+        HR_CHECK(!free_slots.empty());
+        const uint32_t f = free_slots.back();
+        free_slots.pop_back();
+        auto& parent = r.cands_[p];
+        auto& child = r.cands_[f];
+        child.seq.tokens.assign(parent.seq.tokens.begin(), parent.seq.tokens.end());
+        child.cum_logprob = parent.cum_logprob;
+        scheduler_.fork(&parent.seq, &child.seq);
+        child.live = true;
+        target[j] = f;
+    }
+    for (size_t j = 0; j < chosen.size(); ++j) {
+        auto& c = r.cands_[target[j]];
+        c.seq.tokens.push_back(chosen[j].token);
+        c.cum_logprob += chosen[j].logprob;
+    }
     const auto now = Clock::now();
     if (!r.first_token_seen_) {
         metrics_.ttft_s.observe(std::chrono::duration<double>(now - r.t_arrival_).count());
         r.first_token_seen_ = true;
-    } else {
+    }
+    metrics_.generation_tokens.fetch_add(chosen.size(), std::memory_order_relaxed);
+
+    // Done: the beams reached max_tokens (they are finished as they stand),
+    // or beam_width hypotheses are in and (early_stopping, or) no live beam
+    // can beat the worst of them at its present length.
+    bool done = false;
+    double best_live = -INFINITY;
+    uint32_t n_out = 0;
+    bool at_length = false;
+    for (const auto& c : r.cands_) {
+        if (!c.live) continue;
+        best_live = std::max(best_live, c.cum_logprob);
+        n_out = c.seq.n_output();
+        at_length = at_length || c.seq.tokens.size() >= c.seq.max_total;
+    }
+    if (at_length || chosen.empty()) {
+        for (const auto& c : r.cands_)
+            if (c.live) add_hypothesis(r, c, -1, c.cum_logprob, FinishReason::Length);
+        done = true;
+    } else if (r.hyps_.size() >= width) {
+        done = r.early_stopping_ ||
+               r.hyps_.back().score >= best_live / std::pow(static_cast<double>(n_out),
+                                                            static_cast<double>(r.length_penalty_));
+    }
+    if (done) finish_beams(r);
+}
+
+void Engine::finish_beams(Request& r) {
+    for (uint32_t j = 0; j < r.n_choices_; ++j) {
+        TokenEvent ev;
+        ev.index = j;
+        ev.finish = FinishReason::Abort;
+        if (j < r.hyps_.size()) {
+            const auto& h = r.hyps_[j];
+            StreamDecoder decoder(tokenizer_, r.render_special_);
+            for (int32_t t : h.output) ev.text += decoder.push(t);
+            ev.text += decoder.flush();
+            ev.finish = h.reason;
+            r.n_output_.fetch_add(h.n_tokens, std::memory_order_relaxed);
+        }
+        if (j == 0) r.finish_.store(ev.finish);
+        r.push(std::move(ev));
+    }
+    for (auto& c : r.cands_) c.live = false;
+    scheduler_.remove(&r.group_);
+    complete(r, r.finish_.load());
+}
+
+void Engine::emit_token(Request& r, Request::Candidate& c, const SampleResult& s) {
+    const auto now = Clock::now();
+    if (!r.first_token_seen_) {
+        metrics_.ttft_s.observe(std::chrono::duration<double>(now - r.t_arrival_).count());
+        r.first_token_seen_ = true;
+    } else if (c.seq.index == 0) {
         metrics_.itl_s.observe(std::chrono::duration<double>(now - r.t_last_token_).count());
     }
-    r.t_last_token_ = now;
-    r.n_output_.fetch_add(1, std::memory_order_relaxed);
+    if (c.seq.index == 0) r.t_last_token_ = now;
+    if (!r.hold_) r.n_output_.fetch_add(1, std::memory_order_relaxed);
     metrics_.generation_tokens.fetch_add(1, std::memory_order_relaxed);
 
     TokenEvent ev;
+    ev.index = c.seq.index;
     ev.token = s.token;
     ev.logprob = s.logprob;
     ev.top_logprobs = s.top;
@@ -236,66 +498,160 @@ void Engine::emit_token(Request& r, const SampleResult& s) {
         std::find(stop_ids.begin(), stop_ids.end(), s.token) != stop_ids.end()) {
         reason = FinishReason::Stop;
     } else {
-        r.text_ += r.decoder_->push(s.token);
+        c.text += c.decoder->push(s.token);
         // A stop string ends the output where it starts.
         size_t stop_at = std::string::npos;
         for (const auto& stop : r.params_.stop) {
-            const size_t at = r.text_.find(stop, r.n_emitted_);
+            const size_t at = c.text.find(stop, c.n_emitted);
             if (at != std::string::npos && at < stop_at) stop_at = at;
         }
         if (stop_at != std::string::npos) {
-            r.text_.resize(stop_at);
+            c.text.resize(stop_at);
             reason = FinishReason::Stop;
-            ev.text = r.text_.substr(r.n_emitted_);
-            r.n_emitted_ = r.text_.size();
-            r.decoder_.reset();  // nothing after the stop string is sent
+            ev.text = c.text.substr(c.n_emitted);
+            c.n_emitted = c.text.size();
+            c.decoder.reset();  // nothing after the stop string is sent
         } else {
             // Hold back the longest tail that could still start a stop string.
             size_t hold = 0;
-            const size_t pending = r.text_.size() - r.n_emitted_;
+            const size_t pending = c.text.size() - c.n_emitted;
             for (size_t k = std::min(pending, r.max_stop_bytes_ ? r.max_stop_bytes_ - 1 : 0);
                  k > 0 && !hold; --k) {
-                const std::string_view tail(r.text_.data() + r.text_.size() - k, k);
+                const std::string_view tail(c.text.data() + c.text.size() - k, k);
                 for (const auto& stop : r.params_.stop)
                     if (stop.size() > k && std::string_view(stop).substr(0, k) == tail) hold = k;
             }
-            ev.text = r.text_.substr(r.n_emitted_, pending - hold);
+            ev.text = c.text.substr(c.n_emitted, pending - hold);
             // Only the held tail is kept: a stop string starts after what was sent.
-            r.text_.erase(0, r.n_emitted_ + pending - hold);
-            r.n_emitted_ = 0;
+            c.text.erase(0, c.n_emitted + pending - hold);
+            c.n_emitted = 0;
         }
     }
-    if (reason == FinishReason::None && r.seq_.tokens.size() >= r.seq_.max_total)
+    if (reason == FinishReason::None && c.seq.tokens.size() >= c.seq.max_total)
         reason = FinishReason::Length;
-    r.push(std::move(ev));
+    if (r.hold_)
+        c.held.push_back(std::move(ev));
+    else
+        r.push(std::move(ev));
     if (reason != FinishReason::None) {
-        r.finish_.store(reason);
-        finished_this_step_.push_back(&r);
+        c.finish = reason;
+        finished_this_step_.emplace_back(&r, c.seq.index);
     }
 }
 
-void Engine::finish(Request& r, FinishReason reason) {
+void Engine::finish_candidate(Request& r, Request::Candidate& c, FinishReason reason) {
     TokenEvent closing;
+    closing.index = c.seq.index;
     closing.finish = reason;
-    if (r.decoder_) r.text_ += r.decoder_->flush();
+    if (c.decoder) c.text += c.decoder->flush();
     if (reason != FinishReason::Abort)
-        closing.text = r.text_.substr(std::min(r.n_emitted_, r.text_.size()));
-    r.n_emitted_ = r.text_.size();
+        closing.text = c.text.substr(std::min(c.n_emitted, c.text.size()));
+    c.n_emitted = c.text.size();
+    c.finish = reason;
+    if (c.seq.index == 0 && !r.hold_) r.finish_.store(reason);
+    const bool last =
+        std::count_if(r.cands_.begin(), r.cands_.end(), [](const auto& x) { return x.live; }) == 1;
+    if (c.live) {
+        c.live = false;
+        if (last)
+            scheduler_.remove(&r.group_);
+        else
+            scheduler_.remove_member(&c.seq);
+    }
+    if (r.hold_) {
+        c.held.push_back(std::move(closing));
+    } else {
+        r.push(std::move(closing));
+    }
+    if (!last) return;
+    if (r.hold_) {
+        // best_of: the n candidates of highest cumulative logprob, in that order.
+        std::vector<uint32_t> order(r.cands_.size());
+        for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+        std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+            return r.cands_[a].cum_logprob > r.cands_[b].cum_logprob;
+        });
+        for (uint32_t j = 0; j < r.n_choices_; ++j) {
+            auto& best = r.cands_[order[j]];
+            if (j == 0) r.finish_.store(best.finish);
+            r.n_output_.fetch_add(best.seq.n_output(), std::memory_order_relaxed);
+            for (auto& ev : best.held) {
+                ev.index = j;
+                r.push(std::move(ev));
+            }
+        }
+    }
+    complete(r, r.finish_.load());
+}
+
+void Engine::finish(Request& r, FinishReason reason) {
+    // Abort: every choice not yet closed closes now, without more text.
+    if (r.hold_ || r.beam_) {
+        for (uint32_t j = 0; j < r.n_choices_; ++j) {
+            TokenEvent closing;
+            closing.index = j;
+            closing.finish = reason;
+            r.push(std::move(closing));
+        }
+    } else {
+        for (auto& c : r.cands_) {
+            const bool open = c.finish == FinishReason::None && (c.live || !r.forked_);
+            if (!open || c.seq.index >= r.n_choices_) continue;
+            TokenEvent closing;
+            closing.index = c.seq.index;
+            closing.finish = reason;
+            if (c.decoder && reason != FinishReason::Abort) {
+                c.text += c.decoder->flush();
+                closing.text = c.text.substr(std::min(c.n_emitted, c.text.size()));
+            }
+            c.finish = reason;
+            r.push(std::move(closing));
+        }
+    }
+    for (auto& c : r.cands_) c.live = false;
     r.finish_.store(reason);
-    scheduler_.remove(&r.seq_);
+    if (r.group_.state != SeqState::Finished) scheduler_.remove(&r.group_);
+    complete(r, reason);
+}
+
+void Engine::complete(Request& r, FinishReason reason) {
     metrics_.finished[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
     metrics_.e2e_s.observe(std::chrono::duration<double>(Clock::now() - r.t_arrival_).count());
-    r.push(std::move(closing));
-    by_seq_.erase(&r.seq_);
+    for (const auto& c : r.cands_) by_seq_.erase(&c.seq);
     const uint64_t id = r.id_;
     active_.erase(id);  // may destroy r if no reader holds it
     n_active_.fetch_sub(1);
+}
+
+void Engine::count_sharing(Request& r) {
+    const KvCache& cache = runner_.cache();
+    uint32_t distinct = 0, entries = 0;
+    for (size_t g = 0; g < cache.n_groups(); ++g) {
+        block_scratch_.clear();
+        for (const Sequence* s : r.group_.seqs)
+            if (s->kv.tables.size() > g)
+                for (int32_t b : s->kv.tables[g])
+                    if (b >= 0) block_scratch_.push_back(b);
+        entries += static_cast<uint32_t>(block_scratch_.size());
+        std::sort(block_scratch_.begin(), block_scratch_.end());
+        distinct += static_cast<uint32_t>(
+            std::unique(block_scratch_.begin(), block_scratch_.end()) - block_scratch_.begin());
+    }
+    constexpr auto rel = std::memory_order_relaxed;
+    if (distinct > r.n_blocks_peak_.load(rel)) r.n_blocks_peak_.store(distinct, rel);
+    if (entries - distinct > r.n_shared_peak_.load(rel))
+        r.n_shared_peak_.store(entries - distinct, rel);
 }
 
 void Engine::update_gauges() {
     metrics_.n_running.store(scheduler_.n_running(), std::memory_order_relaxed);
     metrics_.n_waiting.store(scheduler_.n_waiting(), std::memory_order_relaxed);
     metrics_.kv_blocks_used.store(runner_.cache().n_blocks_used(), std::memory_order_relaxed);
+    const uint64_t shared_bytes = runner_.cache().shared_bytes();
+    metrics_.kv_blocks_shared.store(runner_.cache().n_shared_refs(), std::memory_order_relaxed);
+    metrics_.kv_shared_bytes.store(shared_bytes, std::memory_order_relaxed);
+    if (shared_bytes > metrics_.kv_shared_bytes_peak.load(std::memory_order_relaxed))
+        metrics_.kv_shared_bytes_peak.store(shared_bytes, std::memory_order_relaxed);
     const KvCache& cache = runner_.cache();
     for (size_t g = 0; g < std::min(cache.n_groups(), EngineMetrics::kMaxKvGroups); ++g) {
         metrics_.kv_group_blocks_used[g].store(cache.pool(g).n_used(), std::memory_order_relaxed);

@@ -53,6 +53,11 @@ struct EngineMetrics {
     std::atomic<uint64_t> prefix_hit_tokens{0};
     std::atomic<uint64_t> kv_blocks_used{0};
     std::atomic<uint64_t> kv_blocks_total{0};
+    // Table entries beyond a block's first holder (forks, cached prefixes):
+    // blocks sharing saves now, their bytes, and the most bytes ever saved.
+    std::atomic<uint64_t> kv_blocks_shared{0};
+    std::atomic<uint64_t> kv_shared_bytes{0};
+    std::atomic<uint64_t> kv_shared_bytes_peak{0};
     std::atomic<uint64_t> prompt_tokens{0};  // prompt tokens of admitted requests
     std::atomic<uint64_t> computed_prompt_tokens{
         0};  // prompt tokens actually computed (misses + recompute)

@@ -46,6 +46,7 @@ int32_t KvBlockPool::allocate() {
     HR_DCHECK(ref_[block] == 0);
     ref_[block] = 1;
     ++n_used_;
+    ++n_refs_;
     return block;
 }
 
@@ -59,10 +60,12 @@ void KvBlockPool::retain(int32_t block) {
         ++n_used_;
     }
     ++ref_[block];
+    ++n_refs_;
 }
 
 void KvBlockPool::release(int32_t block) {
     HR_DCHECK(block >= 0 && static_cast<uint32_t>(block) < n_blocks_ && ref_[block] > 0);
+    --n_refs_;
     if (--ref_[block] > 0) return;
     --n_used_;
     if (hashed_[block]) {
@@ -151,14 +154,17 @@ void KvBlockPool::index_erase(int32_t block) {
 
 std::string KvBlockPool::check_invariants() const {
     uint32_t used = 0, cached = 0;
+    uint64_t refs = 0;
     for (uint32_t b = 0; b < n_blocks_; ++b) {
         if (ref_[b] < 0) return fmt::format("block {} has refcount {}", b, ref_[b]);
+        refs += static_cast<uint64_t>(ref_[b]);
         if (ref_[b] > 0)
             ++used;
         else if (hashed_[b])
             ++cached;
     }
     if (used != n_used_) return fmt::format("{} blocks in use, counter says {}", used, n_used_);
+    if (refs != n_refs_) return fmt::format("refcounts sum to {}, counter says {}", refs, n_refs_);
     if (cached != n_cached_)
         return fmt::format("{} cached blocks, counter says {}", cached, n_cached_);
     if (free_stack_.size() + cached + used != n_blocks_)

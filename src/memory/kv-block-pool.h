@@ -42,6 +42,8 @@ class KvBlockPool {
     // Refcount - 1; at zero the block becomes cached (if hashed) or free.
     void release(int32_t block);
     int32_t ref_count(int32_t block) const { return ref_[block]; }
+    // Sum of refcounts minus blocks in use: references that share a block.
+    uint64_t n_shared_refs() const { return n_refs_ - n_used_; }
 
     // A block (in use or cached) holding exactly `tokens` under `hash`, or -1.
     // Does not change its refcount: call retain() to use it.
@@ -78,6 +80,7 @@ class KvBlockPool {
     uint32_t index_mask_ = 0;
 
     uint32_t n_used_ = 0;
+    uint64_t n_refs_ = 0;  // sum of refcounts
     uint32_t n_cached_ = 0;
     uint64_t n_evictions_ = 0;
 };

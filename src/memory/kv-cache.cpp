@@ -108,27 +108,30 @@ uint32_t KvCache::first_needed_pos(size_t g, uint32_t n_tokens) const {
 }
 
 uint32_t KvCache::blocks_held_for(size_t g, uint32_t n_tokens) const {
-    const uint32_t end = (n_tokens + block_size_ - 1) / block_size_;
-    const uint32_t begin = first_needed_pos(g, n_tokens > 0 ? n_tokens - 1 : 0) / block_size_;
-    return end > begin ? end - begin : 0;
+    return request_kv_blocks(groups_[g], block_size_, n_tokens, n_tokens, 1);
 }
 
-uint32_t KvCache::blocks_needed(const SeqKv& seq, uint32_t n_new) const {
-    uint32_t total = 0;
+bool KvCache::shares_partial_last(const SeqKv& seq, size_t g) const {
+    if (seq.n_tokens % block_size_ == 0 || seq.tables.size() <= g) return false;
+    const auto& table = seq.tables[g];
+    return !table.empty() && table.back() >= 0 && pools_[g]->ref_count(table.back()) > 1;
+}
+
+uint32_t KvCache::blocks_to_grow(const SeqKv& seq, size_t g, uint32_t n_new,
+                                 bool copies_last) const {
+    if (n_new == 0) return 0;
     const uint32_t end = (seq.n_tokens + n_new + block_size_ - 1) / block_size_;
-    for (size_t g = 0; g < pools_.size(); ++g) {
-        const size_t have = seq.tables.size() > g ? seq.tables[g].size() : 0;
-        if (end > have) total += end - static_cast<uint32_t>(have);
-    }
-    return total;
+    const size_t have = seq.tables.size() > g ? seq.tables[g].size() : 0;
+    const uint32_t fresh = end > have ? end - static_cast<uint32_t>(have) : 0;
+    return fresh + (copies_last ? 1 : 0);
 }
 
 bool KvCache::can_grow(const SeqKv& seq, uint32_t n_new) const {
-    const uint32_t end = (seq.n_tokens + n_new + block_size_ - 1) / block_size_;
+    if (n_new == 0) return true;
     for (size_t g = 0; g < pools_.size(); ++g) {
         const size_t have = seq.tables.size() > g ? seq.tables[g].size() : 0;
-        if (end <= have) continue;
-        uint32_t need = end - static_cast<uint32_t>(have);
+        const uint32_t need = blocks_to_grow(seq, g, n_new, shares_partial_last(seq, g));
+        if (need == 0) continue;
         // Blocks this sequence will free from the window first.
         uint32_t freeable = 0;
         if (have > 0) {
@@ -142,10 +145,8 @@ bool KvCache::can_grow(const SeqKv& seq, uint32_t n_new) const {
     return true;
 }
 
-bool KvCache::grow(SeqKv& seq, uint32_t n_new) {
-    if (seq.tables.size() < pools_.size()) seq.tables.resize(pools_.size());
-    // Slide windows first: blocks no query from n_tokens on can see.
-    for (size_t g = 0; g < pools_.size(); ++g) {
+void KvCache::slide(SeqKv& seq) {
+    for (size_t g = 0; g < seq.tables.size() && g < pools_.size(); ++g) {
         const uint32_t first_block = first_needed_pos(g, seq.n_tokens) / block_size_;
         auto& table = seq.tables[g];
         for (uint32_t b = 0; b < first_block && b < table.size(); ++b) {
@@ -155,13 +156,29 @@ bool KvCache::grow(SeqKv& seq, uint32_t n_new) {
             }
         }
     }
-    const uint32_t end = (seq.n_tokens + n_new + block_size_ - 1) / block_size_;
+}
+
+bool KvCache::grow(SeqKv& seq, uint32_t n_new) {
+    if (n_new == 0) return true;
+    if (seq.tables.size() < pools_.size()) seq.tables.resize(pools_.size());
+    slide(seq);
     for (size_t g = 0; g < pools_.size(); ++g)
-        if (end > seq.tables[g].size() &&
-            !pools_[g]->can_allocate(end - static_cast<uint32_t>(seq.tables[g].size())))
+        if (!pools_[g]->can_allocate(blocks_to_grow(seq, g, n_new, shares_partial_last(seq, g))))
             return false;
+    const uint32_t end = (seq.n_tokens + n_new + block_size_ - 1) / block_size_;
     for (size_t g = 0; g < pools_.size(); ++g) {
         auto& table = seq.tables[g];
+        if (shares_partial_last(seq, g)) {
+            // Copy on write: the shared partial block stays with the others.
+            const int32_t copy = pools_[g]->allocate();
+            HR_CHECK(copy >= 0);
+            const uint64_t bb = layout_.group_block_bytes[g];
+            const kernels::DevPtr base = layout_.group_base[g];
+            backend_of_group_[g]->copy_block(base + static_cast<uint64_t>(copy) * bb,
+                                             base + static_cast<uint64_t>(table.back()) * bb, bb);
+            pools_[g]->release(table.back());
+            table.back() = copy;
+        }
         while (table.size() < end) {
             const int32_t b = pools_[g]->allocate();
             HR_CHECK(b >= 0);
@@ -261,38 +278,32 @@ void KvCache::free(SeqKv& seq) {
     seq.last_hash = 0;
 }
 
-bool KvCache::fork(const SeqKv& parent, SeqKv& child) {
-    const bool partial = parent.n_tokens % block_size_ != 0;
-    std::vector<int32_t> copies(pools_.size(), -1);
-    if (partial) {
-        for (size_t g = 0; g < pools_.size(); ++g) {
-            copies[g] = pools_[g]->allocate();
-            if (copies[g] < 0) {
-                for (size_t u = 0; u < g; ++u) pools_[u]->release(copies[u]);
-                return false;
-            }
+void KvCache::fork(const SeqKv& parent, SeqKv& child) {
+    HR_CHECK(child.n_tokens == 0);
+    reserve_tables(child);
+    for (size_t g = 0; g < pools_.size(); ++g) {
+        child.tables[g].clear();
+        if (parent.tables.size() <= g) continue;
+        for (int32_t b : parent.tables[g]) {
+            if (b >= 0) pools_[g]->retain(b);
+            child.tables[g].push_back(b);
         }
     }
-    child.tables = parent.tables;
     child.n_tokens = parent.n_tokens;
     child.n_published = parent.n_published;
     child.last_hash = parent.last_hash;
-    for (size_t g = 0; g < pools_.size(); ++g) {
-        auto& table = child.tables[g];
-        for (size_t i = 0; i < table.size(); ++i) {
-            if (table[i] < 0) continue;
-            if (partial && i + 1 == table.size()) {
-                const uint64_t bb = layout_.group_block_bytes[g];
-                const kernels::DevPtr group = layout_.group_base[g];
-                backend_of_group_[g]->copy_block(group + static_cast<uint64_t>(copies[g]) * bb,
-                                                 group + static_cast<uint64_t>(table[i]) * bb, bb);
-                table[i] = copies[g];
-            } else {
-                pools_[g]->retain(table[i]);
-            }
-        }
-    }
-    return true;
+}
+
+uint64_t KvCache::n_shared_refs() const {
+    uint64_t n = 0;
+    for (const auto& p : pools_) n += p->n_shared_refs();
+    return n;
+}
+
+uint64_t KvCache::shared_bytes() const {
+    uint64_t n = 0;
+    for (const auto& p : pools_) n += p->n_shared_refs() * p->block_bytes();
+    return n;
 }
 
 int32_t KvCache::slot(const SeqKv& seq, size_t g, uint32_t pos) const {

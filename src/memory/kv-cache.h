@@ -71,11 +71,19 @@ class KvCache {
     bool can_grow(const SeqKv& seq, uint32_t n_new) const;
     // Allocates blocks for positions [n_tokens, n_tokens + n_new) and
     // advances n_tokens; in sliding-window groups first frees blocks that no
-    // query from position n_tokens on can see. Returns false and changes
-    // nothing if the blocks are not there.
+    // query from position n_tokens on can see. A last, partial block that
+    // other sequences share (a fork) is copied first: copy on write. Returns
+    // false and changes nothing if the blocks are not there.
     bool grow(SeqKv& seq, uint32_t n_new);
-    // Blocks `n_new` more tokens would need from the pool (per group, summed).
-    uint32_t blocks_needed(const SeqKv& seq, uint32_t n_new) const;
+    // Releases the blocks of sliding-window groups that no query from
+    // position n_tokens on can see (grow does it too).
+    void slide(SeqKv& seq);
+    // Blocks pool g must hand out for `n_new` more tokens of `seq`: new table
+    // entries, plus the copy of a shared partial last block when
+    // `copies_last` (see grow). Blocks a slide would free are not subtracted.
+    uint32_t blocks_to_grow(const SeqKv& seq, size_t g, uint32_t n_new, bool copies_last) const;
+    // True if the last block of seq in group g is partial and shared: the next write copies it.
+    bool shares_partial_last(const SeqKv& seq, size_t g) const;
     // Blocks one sequence of `n_tokens` holds at once in group g.
     uint32_t blocks_held_for(size_t g, uint32_t n_tokens) const;
 
@@ -92,9 +100,15 @@ class KvCache {
     void publish_full_blocks(SeqKv& seq, std::span<const int32_t> tokens);
     // Releases every block, tail first (so cached tails are evicted first).
     void free(SeqKv& seq);
-    // child shares parent's blocks; the last partial block is copied (by the
-    // backend). Returns false (child unchanged) if no block is free for the copy.
-    bool fork(const SeqKv& parent, SeqKv& child);
+    // child (empty) shares every block of parent, the partial last one
+    // included: each is retained, nothing is copied or allocated. The first
+    // of the two to write into the shared partial block copies it (grow).
+    void fork(const SeqKv& parent, SeqKv& child);
+    // References beyond the first, summed over blocks and groups: the blocks
+    // that sharing (forks, cached prefixes) saves against private copies.
+    uint64_t n_shared_refs() const;
+    // Bytes those references would take as private blocks.
+    uint64_t shared_bytes() const;
 
     // Counts one admitted prompt: its length and the tokens attach_prefix found.
     void count_prefix_query(uint64_t query_tokens, uint64_t hit_tokens) {

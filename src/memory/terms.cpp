@@ -13,6 +13,7 @@
 #include "core/units.h"
 #include "format/gguf-reader.h"
 #include "kernels/backend.h"
+#include "kernels/kv-layout.h"
 #include "model/placement.h"
 
 namespace headroom {
@@ -57,6 +58,21 @@ std::string percent(double f) {
 }
 
 }  // namespace
+
+uint32_t request_kv_blocks(const KvGroupPlan& g, uint32_t block_size, uint32_t n_prompt,
+                           uint32_t n_kv_tokens, uint32_t n_candidates) {
+    const uint32_t end = (n_kv_tokens + block_size - 1) / block_size;
+    const uint32_t first_pos =
+        g.kind == AttentionKind::SlidingWindow
+            ? kernels::first_visible(n_kv_tokens > 0 ? n_kv_tokens - 1 : 0, g.window)
+            : 0;
+    const uint32_t begin = std::min(first_pos / block_size, end);
+    const uint32_t held = end - begin;
+    if (n_candidates <= 1) return held;
+    const uint32_t full_prompt = std::min(n_prompt / block_size, end);
+    const uint32_t shared = full_prompt > begin ? full_prompt - begin : 0;
+    return shared + n_candidates * (held - shared);
+}
 
 uint64_t estimate_tokenizer_bytes(uint64_t n_vocab, uint64_t vocab_text_bytes, uint64_t n_merges) {
     // Token strings with their heap blocks, a text->id hash map, scores and

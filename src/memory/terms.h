@@ -127,6 +127,19 @@ struct KvGroupPlan {
     bool on_host = false;
 };
 
+// KV blocks of one request in a layer group, at most: n_candidates samples
+// or beams (1: a plain request) with K/V for up to n_kv_tokens positions
+// each (a sequence of n tokens computes n - 1: its last token is sampled,
+// never fed), sharing the n_prompt-token prompt. The prompt's full blocks count once, each
+// candidate's own blocks (its copy of the prompt's partial block, its
+// output) once per candidate:
+//   S + n × (H − S),  H = blocks one sequence of n_kv_tokens holds at once,
+//   S = the prompt's full blocks among them (floor(n_prompt / B) with full
+//   attention; a sliding window holds only the blocks the next query sees).
+// The scheduler's admission check and `plan --n` both use it.
+uint32_t request_kv_blocks(const KvGroupPlan& g, uint32_t block_size, uint32_t n_prompt,
+                           uint32_t n_kv_tokens, uint32_t n_candidates);
+
 struct RuntimeBreakdown {
     uint64_t thread_stacks_bytes = 0;
     uint64_t tokenizer_bytes = 0;

@@ -34,7 +34,9 @@ class Seat {
 };
 
 // The output side of one submitted request, driven by httplib's content
-// provider on the connection's thread.
+// provider on the connection's thread. A request of n choices streams them
+// interleaved as the engine makes them, each chunk naming its index; the
+// response ends when every choice has finished.
 class Generation {
   public:
     Generation(const GenerationContext& ctx, const GenerationSpec& spec,
@@ -54,8 +56,10 @@ class Generation {
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
         meta_.model = ctx.model.name;
+        choices_.resize(request_->n_choices());
         if (spec.logprobs)
-            logprobs_.emplace(spec.endpoint, *ctx.model.tokenizer, spec.top_logprobs);
+            for (auto& c : choices_)
+                c.logprobs.emplace(spec.endpoint, *ctx.model.tokenizer, spec.top_logprobs);
     }
 
     // One call of the content provider. Returns false to end the response
@@ -65,23 +69,27 @@ class Generation {
             std::string out;
             // A chat stream opens with the assistant's role at once, as OpenAI's does.
             if (stream_ && !started_ && meta_.endpoint == Endpoint::Chat)
-                append_chunk(chunk_response(meta_, "", true, FinishReason::None, nullptr), out);
+                for (uint32_t i = 0; i < choices_.size(); ++i)
+                    append_chunk(chunk_response(meta_, i, "", true, FinishReason::None, nullptr),
+                                 out);
             started_ = true;
             TokenEvent ev;
             if (!request_->next(ev, kPollInterval)) {
                 if (!out.empty() && !sink.write(out.data(), out.size())) return client_gone();
                 return sink.is_writable() ? true : client_gone();
             }
-            std::string text;
             do {
-                consume(ev, text);
-            } while (finish_ == FinishReason::None &&
-                     request_->next(ev, std::chrono::milliseconds(0)));
-            if (stream_)
-                append_stream_events(text, out);
-            else
-                text_ += text;
-            if (finish_ != FinishReason::None && !stream_) out = dump(final_response());
+                consume(ev, out);
+            } while (!all_finished() && request_->next(ev, std::chrono::milliseconds(0)));
+            if (stream_) {
+                flush_pending(out);
+                if (all_finished()) {
+                    if (include_usage_) append_sse_event(out, dump(usage_chunk(meta_, usage())));
+                    out += kSseDone;
+                }
+            } else if (all_finished()) {
+                out = dump(final_response());
+            }
             if (out.empty()) {
                 // Nothing to send yet (not streaming, or text held back for a
                 // stop string): make sure someone still waits for it.
@@ -89,7 +97,7 @@ class Generation {
             } else if (!sink.write(out.data(), out.size())) {
                 return client_gone();
             }
-            if (finish_ != FinishReason::None) sink.done();
+            if (all_finished()) sink.done();
             return true;
         } catch (const std::exception&) {
             // Out of memory building JSON: end this response, keep the server.
@@ -100,15 +108,51 @@ class Generation {
     // httplib dropped the provider: if the output did not reach its end,
     // nobody will read the rest, so stop generating it.
     void release() {
-        if (finish_ == FinishReason::None) client_gone();
+        if (!all_finished()) client_gone();
     }
 
   private:
-    void consume(const TokenEvent& ev, std::string& text) {
-        if (ev.token >= 0 && logprobs_ && !ends_generation(ev.token))
-            logprobs_->add(ev.token, ev.logprob, ev.top_logprobs);
-        text += ev.text;
-        if (ev.finish != FinishReason::None) finish_ = ev.finish;
+    struct Choice {
+        std::string text;  // streaming: not yet sent; else the whole output
+        std::optional<LogprobsBuilder> logprobs;
+        FinishReason finish = FinishReason::None;
+        bool finish_sent = false;
+    };
+
+    bool all_finished() const { return n_finished_ == choices_.size(); }
+
+    // Streaming merges consecutive events of one choice into one chunk.
+    void consume(const TokenEvent& ev, std::string& out) {
+        if (ev.index >= choices_.size()) return;
+        if (stream_ && pending_ != ev.index) flush_pending(out);
+        Choice& c = choices_[ev.index];
+        if (ev.token >= 0 && c.logprobs && !ends_generation(ev.token))
+            c.logprobs->add(ev.token, ev.logprob, ev.top_logprobs);
+        c.text += ev.text;
+        pending_ = ev.index;
+        if (ev.finish != FinishReason::None && c.finish == FinishReason::None) {
+            c.finish = ev.finish;
+            ++n_finished_;
+            if (stream_) flush_pending(out);
+        }
+    }
+
+    void flush_pending(std::string& out) {
+        if (pending_ >= choices_.size()) return;
+        const uint32_t i = pending_;
+        pending_ = kNone;
+        Choice& c = choices_[i];
+        const bool has_logprobs = c.logprobs && !c.logprobs->empty();
+        if (!c.text.empty() || has_logprobs) {
+            json lp = has_logprobs ? c.logprobs->take() : json(nullptr);
+            append_chunk(chunk_response(meta_, i, c.text, false, FinishReason::None, std::move(lp)),
+                         out);
+            c.text.clear();
+        }
+        if (c.finish != FinishReason::None && !c.finish_sent) {
+            c.finish_sent = true;
+            append_chunk(chunk_response(meta_, i, "", false, c.finish, nullptr), out);
+        }
     }
 
     // The token that ended the output is not part of it: no logprob entry.
@@ -116,11 +160,6 @@ class Generation {
         if (!ignore_eos_ && ctx_.model.tokenizer->is_end_of_generation(token)) return true;
         return std::find(stop_token_ids_.begin(), stop_token_ids_.end(), token) !=
                stop_token_ids_.end();
-    }
-
-    json take_logprobs() {
-        if (!logprobs_ || logprobs_->empty()) return nullptr;
-        return logprobs_->take();
     }
 
     // The first chunk of a stream also says how the prompt was truncated.
@@ -131,22 +170,14 @@ class Generation {
         append_sse_event(out, dump(chunk));
     }
 
-    void append_stream_events(const std::string& text, std::string& out) {
-        const bool has_logprobs = logprobs_ && !logprobs_->empty();
-        if (!text.empty() || has_logprobs)
-            append_chunk(chunk_response(meta_, text, false, FinishReason::None, take_logprobs()),
-                         out);
-        if (finish_ == FinishReason::None) return;
-        append_chunk(chunk_response(meta_, "", false, finish_, nullptr), out);
-        if (include_usage_) append_sse_event(out, dump(usage_chunk(meta_, usage())));
-        out += kSseDone;
-    }
-
     json final_response() {
-        json logprobs = nullptr;
-        if (logprobs_) logprobs = logprobs_->take();
-        return completion_response(meta_, text_, finish_, std::move(logprobs), usage(),
-                                   truncation_);
+        std::vector<ChoiceOutput> out(choices_.size());
+        for (size_t i = 0; i < choices_.size(); ++i) {
+            out[i].text = std::move(choices_[i].text);
+            out[i].finish = choices_[i].finish;
+            out[i].logprobs = choices_[i].logprobs ? choices_[i].logprobs->take() : json(nullptr);
+        }
+        return completion_response(meta_, std::move(out), usage(), truncation_);
     }
 
     Usage usage() const {
@@ -163,6 +194,7 @@ class Generation {
         return false;
     }
 
+    static constexpr uint32_t kNone = ~0u;
     const GenerationContext& ctx_;
     ResponseMeta meta_;
     bool stream_;
@@ -172,9 +204,9 @@ class Generation {
     Truncation truncation_;
     std::shared_ptr<Request> request_;
     std::unique_ptr<Seat> seat_;
-    std::optional<LogprobsBuilder> logprobs_;
-    std::string text_;  // the whole output, when not streaming
-    FinishReason finish_ = FinishReason::None;
+    std::vector<Choice> choices_;
+    size_t n_finished_ = 0;
+    uint32_t pending_ = kNone;  // streaming: the choice with text not yet sent
     bool started_ = false;
     bool sent_chunk_ = false;
     bool cancelled_ = false;
@@ -238,6 +270,12 @@ void handle(Endpoint endpoint, const std::string& body, const GenerationContext&
     GenerateRequest request;
     request.prompt = std::move(prompt.tokens);
     request.params = spec.sampling;
+    request.n = spec.n;
+    request.best_of = spec.best_of;
+    request.beam_search = spec.beam_search;
+    request.beam_width = spec.beam_width;
+    request.length_penalty = spec.length_penalty;
+    request.early_stopping = spec.early_stopping;
     std::string why;
     auto submitted = ctx.model.engine->submit(std::move(request), &why);
     if (!submitted) {

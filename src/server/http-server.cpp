@@ -190,6 +190,9 @@ json HttpServer::Impl::memory_json(const ServedModel& m) const {
     for (const auto& s : snaps) j["devices"][s.device]["terms"] = terms(s);
     const EngineMetrics& em = *m.metrics;
     j["kv_blocks_used"] = em.kv_blocks_used.load();
+    j["kv_sharing"] = {{"blocks_shared", em.kv_blocks_shared.load()},
+                       {"bytes_saved", em.kv_shared_bytes.load()},
+                       {"bytes_saved_peak", em.kv_shared_bytes_peak.load()}};
     if (j.contains("kv_groups") && j["kv_groups"].is_array()) {
         auto& groups = j["kv_groups"];
         for (size_t g = 0; g < groups.size() && g < EngineMetrics::kMaxKvGroups; ++g) {

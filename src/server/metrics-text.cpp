@@ -74,6 +74,14 @@ std::string prometheus_text(const MetricsSnapshot& s) {
             total ? static_cast<double>(used) / static_cast<double>(total) : 0.0);
     x.gauge("headroom_kv_blocks_used", "KV blocks in use", used);
     x.gauge("headroom_kv_blocks_total", "KV blocks in the pool", total);
+    x.gauge("headroom_kv_blocks_shared",
+            "KV block references beyond each block's first holder (n samples, beams and cached "
+            "prefixes sharing blocks instead of copying them)",
+            load(m.kv_blocks_shared));
+    x.gauge("headroom_kv_shared_bytes", "Bytes the shared KV block references save now",
+            load(m.kv_shared_bytes));
+    x.gauge("headroom_kv_shared_bytes_peak", "Most bytes shared KV block references ever saved",
+            load(m.kv_shared_bytes_peak));
 
     struct TermField {
         const char* metric;

@@ -287,8 +287,23 @@ Error read_sampling(const json& body, GenerationSpec& spec) {
                           std::numeric_limits<int64_t>::max(), seed))
         return e;
     if (seed) p.seed = static_cast<uint64_t>(*seed);
-    if (auto e = read_int(body, "n", 1, std::numeric_limits<int64_t>::max(), n)) return e;
-    if (n && *n != 1) return unsupported("n", fmt::format("n={} (only n=1)", *n));
+    if (auto e = read_int(body, "n", 1, kMaxChoices, n)) return e;
+    if (n) spec.n = static_cast<uint32_t>(*n);
+    std::optional<int64_t> best_of, beam_width;
+    if (auto e = read_int(body, "best_of", 1, kMaxChoices, best_of)) return e;
+    if (best_of) spec.best_of = static_cast<uint32_t>(*best_of);
+    if (auto e = read_bool(body, "use_beam_search", spec.beam_search)) return e;
+    if (auto e = read_int(body, "beam_width", 1, kMaxChoices, beam_width)) return e;
+    if (beam_width) spec.beam_width = static_cast<uint32_t>(*beam_width);
+    if (auto e = read_float(body, "length_penalty", spec.length_penalty)) return e;
+    if (auto e = read_bool(body, "early_stopping", spec.early_stopping)) return e;
+    if (spec.best_of && spec.best_of < spec.n)
+        return bad_request(
+            "best_of", fmt::format("best_of ({}) must be at least n ({})", spec.best_of, spec.n));
+    if (spec.beam_search && !spec.beam_width) spec.beam_width = std::max(spec.best_of, spec.n);
+    if (spec.beam_search && spec.beam_width < spec.n)
+        return bad_request("beam_width", fmt::format("beam_width ({}) must be at least n ({})",
+                                                     spec.beam_width, spec.n));
     constexpr int64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
     if (auto e = read_int(body, "max_tokens", 1, kMaxU32, max_tokens)) return e;
     if (auto e = read_int(body, "max_completion_tokens", 1, kMaxU32, max_completion_tokens))
@@ -315,6 +330,11 @@ Error read_sampling(const json& body, GenerationSpec& spec) {
                                fmt::format("response_format type {}", dump(*type)));
     }
     if (auto e = read_bool(body, "stream", spec.stream)) return e;
+    if (spec.stream && !spec.beam_search && spec.best_of > spec.n)
+        return bad_request("best_of",
+                           fmt::format("best_of ({}) greater than n ({}) cannot be streamed: the "
+                                       "best are known only when every sample is finished",
+                                       spec.best_of, spec.n));
     if (const json* options = find(body, "stream_options")) {
         if (!options->is_object()) return wrong_type("stream_options", "an object", *options);
         if (const json* usage = find(*options, "include_usage")) {
@@ -339,7 +359,7 @@ Error read_chat_logprobs(const json& body, GenerationSpec& spec) {
 Error read_completion_options(const json& body, GenerationSpec& spec) {
     // Legacy completions: logprobs is the number of alternatives (0 still
     // reports the chosen token's logprob).
-    std::optional<int64_t> logprobs, best_of;
+    std::optional<int64_t> logprobs;
     if (const json* v = find(body, "logprobs"); v && v->is_boolean())
         return wrong_type("logprobs", "an integer (alternatives per token, 0 to 20)", *v);
     if (auto e = read_int(body, "logprobs", 0, 20, logprobs)) return e;
@@ -348,10 +368,6 @@ Error read_completion_options(const json& body, GenerationSpec& spec) {
     bool echo = false;
     if (auto e = read_bool(body, "echo", echo)) return e;
     if (echo) return unsupported("echo", "echo");
-    if (auto e = read_int(body, "best_of", 1, std::numeric_limits<int64_t>::max(), best_of))
-        return e;
-    if (best_of && *best_of != 1)
-        return unsupported("best_of", fmt::format("best_of={} (only 1)", *best_of));
     std::string suffix;
     if (auto e = read_string(body, "suffix", suffix)) return e;
     if (!suffix.empty()) return unsupported("suffix", "suffix");
@@ -505,28 +521,31 @@ json LogprobsBuilder::take() {
     return out;
 }
 
-json completion_response(const ResponseMeta& meta, const std::string& text, FinishReason finish,
-                         json logprobs, const Usage& usage, const Truncation& truncation) {
-    json choice = {{"index", 0},
-                   {"logprobs", std::move(logprobs)},
-                   {"finish_reason", finish_reason_json(finish)}};
+json completion_response(const ResponseMeta& meta, std::vector<ChoiceOutput> choices,
+                         const Usage& usage, const Truncation& truncation) {
     json out = {{"id", meta.id}, {"created", meta.created_s}, {"model", meta.model}};
-    if (meta.endpoint == Endpoint::Chat) {
-        out["object"] = "chat.completion";
-        choice["message"] = {{"role", "assistant"}, {"content", text}};
-    } else {
-        out["object"] = "text_completion";
-        choice["text"] = text;
+    out["object"] = meta.endpoint == Endpoint::Chat ? "chat.completion" : "text_completion";
+    json list = json::array();
+    for (size_t i = 0; i < choices.size(); ++i) {
+        ChoiceOutput& c = choices[i];
+        json choice = {{"index", i},
+                       {"logprobs", std::move(c.logprobs)},
+                       {"finish_reason", finish_reason_json(c.finish)}};
+        if (meta.endpoint == Endpoint::Chat)
+            choice["message"] = {{"role", "assistant"}, {"content", std::move(c.text)}};
+        else
+            choice["text"] = std::move(c.text);
+        list.push_back(std::move(choice));
     }
-    out["choices"] = json::array({std::move(choice)});
+    out["choices"] = std::move(list);
     out["usage"] = usage_json(usage);
     if (truncation.happened()) out["prompt_truncation"] = truncation_json(truncation);
     return out;
 }
 
-json chunk_response(const ResponseMeta& meta, const std::string& text, bool first,
+json chunk_response(const ResponseMeta& meta, uint32_t index, const std::string& text, bool first,
                     FinishReason finish, json logprobs) {
-    json choice = {{"index", 0},
+    json choice = {{"index", index},
                    {"logprobs", std::move(logprobs)},
                    {"finish_reason", finish_reason_json(finish)}};
     json out = {{"id", meta.id}, {"created", meta.created_s}, {"model", meta.model}};

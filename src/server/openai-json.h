@@ -10,7 +10,9 @@
 // format's business (n, max_tokens, stop, logprobs) are checked here.
 //
 // Extensions accepted as vLLM does: top_k, min_p, repetition_penalty,
-// ignore_eos, stop_token_ids, truncate_prompt_tokens.
+// ignore_eos, stop_token_ids, truncate_prompt_tokens, and beam search
+// (use_beam_search, beam_width, length_penalty, early_stopping). n and
+// best_of are accepted on both endpoints.
 #pragma once
 
 #include <cstdint>
@@ -61,7 +63,16 @@ struct GenerationSpec {
     bool include_usage = false;  // stream_options.include_usage
     bool logprobs = false;       // per-token logprobs in the response
     uint32_t top_logprobs = 0;   // alternatives per token
+    uint32_t n = 1;              // choices
+    uint32_t best_of = 0;        // samples to choose the n from (0: n)
+    bool beam_search = false;    // use_beam_search
+    uint32_t beam_width = 0;     // 0: best_of, else n
+    float length_penalty = 1.0f;
+    bool early_stopping = false;
 };
+
+// Most choices (n, best_of, beam_width) one request may ask for.
+inline constexpr int64_t kMaxChoices = 128;
 
 // Largest JSON nesting a request may have; deeper bodies are refused before
 // they are parsed (a chat request needs 4 levels).
@@ -125,14 +136,20 @@ class LogprobsBuilder {
     nlohmann::json entries_;  // chat: array of entries; completion: object of arrays
 };
 
-// Whole responses (stream: false).
-nlohmann::json completion_response(const ResponseMeta& meta, const std::string& text,
-                                   FinishReason finish, nlohmann::json logprobs, const Usage& usage,
-                                   const Truncation& truncation);
-// One streamed chunk. Chat: `text` goes into delta.content; `first` adds
-// delta.role. `logprobs` may be null.
-nlohmann::json chunk_response(const ResponseMeta& meta, const std::string& text, bool first,
-                              FinishReason finish, nlohmann::json logprobs);
+// One choice of a whole response.
+struct ChoiceOutput {
+    std::string text;
+    FinishReason finish = FinishReason::None;
+    nlohmann::json logprobs;  // null if none
+};
+
+// Whole responses (stream: false): choices in index order.
+nlohmann::json completion_response(const ResponseMeta& meta, std::vector<ChoiceOutput> choices,
+                                   const Usage& usage, const Truncation& truncation);
+// One streamed chunk of choice `index`. Chat: `text` goes into
+// delta.content; `first` adds delta.role. `logprobs` may be null.
+nlohmann::json chunk_response(const ResponseMeta& meta, uint32_t index, const std::string& text,
+                              bool first, FinishReason finish, nlohmann::json logprobs);
 // The closing chunk of stream_options.include_usage: no choices, the usage.
 nlohmann::json usage_chunk(const ResponseMeta& meta, const Usage& usage);
 

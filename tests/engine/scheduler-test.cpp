@@ -59,7 +59,10 @@ struct Fixture {
         s->n_prompt = static_cast<uint32_t>(prompt.size());
         s->tokens = std::move(prompt);
         s->max_total = s->n_prompt + max_new;
-        scheduler->add(s.get());
+        auto g = std::make_unique<SeqGroup>();
+        g->seqs.push_back(s.get());
+        scheduler->add(g.get());
+        groups.push_back(std::move(g));
         seqs.push_back(std::move(s));
         return seqs.back().get();
     }
@@ -78,13 +81,14 @@ struct Fixture {
             if (q->tokens.size() >= q->max_total) done.push_back(q);
         }
         for (const auto& s : out.seqs) cache->publish_full_blocks(s.seq->kv, s.seq->tokens);
-        for (Sequence* q : done) scheduler->remove(q);
+        for (Sequence* q : done) scheduler->remove(q->group);
         return done;
     }
     MemoryPlan plan;
     std::unique_ptr<KvCache> cache;
     std::unique_ptr<Scheduler> scheduler;
     std::vector<std::unique_ptr<Sequence>> seqs;
+    std::vector<std::unique_ptr<SeqGroup>> groups;
 };
 
 std::vector<int32_t> prompt_of(int n, int start = 0) {
@@ -102,7 +106,7 @@ TEST(Scheduler, ChunksALongPromptUnderTheTokenBudget) {
         ASSERT_EQ(out.seqs.size(), 1u);
         chunks.push_back(out.seqs[0].n_tokens);
         if (out.seqs[0].sample) s->tokens.push_back(1);
-        if (s->tokens.size() >= s->max_total) f.scheduler->remove(s);
+        if (s->tokens.size() >= s->max_total) f.scheduler->remove(s->group);
     }
     EXPECT_EQ(chunks, (std::vector<uint32_t>{16, 16, 8, 1, 1, 1}));
 }
@@ -178,9 +182,10 @@ TEST(Scheduler, OversubscribedRandomWorkloadCompletesEverything) {
     for (int step = 0; step < 5000 && n_finished < 40; ++step) {
         n_finished += f.step().size();
         std::vector<const SeqKv*> live;
-        for (Sequence* s : f.scheduler->running()) live.push_back(&s->kv);
+        for (SeqGroup* g : f.scheduler->running())
+            for (Sequence* s : g->seqs) live.push_back(&s->kv);
         ASSERT_EQ(f.cache->check_invariants(live), "") << "step " << step;
-        for (Sequence* s : f.scheduler->waiting()) ASSERT_EQ(s->kv.n_tokens, 0u);
+        for (SeqGroup* g : f.scheduler->waiting()) ASSERT_EQ(g->seqs[0]->kv.n_tokens, 0u);
     }
     EXPECT_EQ(n_finished, 40u);
     EXPECT_GT(f.scheduler->n_preemptions(), 0u);
@@ -192,6 +197,141 @@ TEST(Scheduler, OversubscribedRandomWorkloadCompletesEverything) {
             ASSERT_EQ(s->tokens[i], static_cast<int32_t>((s->id * 7 + i) % 50));
     }
     EXPECT_EQ(f.cache->n_blocks_used(), 0u);
+}
+
+// Groups as the engine makes them: a request of n samples forks n - 1
+// members from its leader once the prompt is computed; a beam-like request
+// also drops members and forks new ones from the survivors every step. The
+// "model" emits f(id, slot, position), so recomputation after a preemption
+// cannot change what a member holds.
+struct GroupRequest {
+    SeqGroup group;
+    std::vector<std::unique_ptr<Sequence>> members;  // slots; live ones are in group.seqs
+    uint32_t width = 1;
+    bool beams = false;
+    bool forked = false;
+    bool done = false;
+};
+
+int32_t fake_token(const Sequence& s) {
+    return static_cast<int32_t>((s.id * 13 + s.index * 5 + s.tokens.size()) % 50);
+}
+
+TEST(Scheduler, GroupsRunWholeUnderPressureAndGiveEveryBlockBack) {
+    // 48 blocks of 4 tokens; 30 requests of 1, 4 samples or 3 "beams": about
+    // 5x more KV than the pool holds is asked for at once.
+    Fixture f(48, 12, 24);
+    std::mt19937 rng(5);
+    std::vector<std::unique_ptr<GroupRequest>> reqs;
+    uint64_t asked_blocks = 0;
+    for (int i = 0; i < 30; ++i) {
+        auto r = std::make_unique<GroupRequest>();
+        const int kind = i % 3;
+        r->width = kind == 0 ? 1 : kind == 1 ? 4 : 3;
+        r->beams = kind == 2;
+        const uint32_t n_prompt = 6 + rng() % 18;
+        const uint32_t max_new = 4 + rng() % 14;
+        for (uint32_t k = 0; k < r->width; ++k) {
+            auto s = std::make_unique<Sequence>();
+            s->id = static_cast<uint64_t>(i);
+            s->index = k;
+            s->n_prompt = n_prompt;
+            s->max_total = n_prompt + max_new;
+            s->tokens.reserve(s->max_total);
+            r->members.push_back(std::move(s));
+        }
+        r->members[0]->tokens = prompt_of(static_cast<int>(n_prompt), (i % 2) * 100);
+        r->group.seqs.push_back(r->members[0].get());
+        r->group.n_seats = r->width;
+        asked_blocks += r->width * ((n_prompt + max_new + 3) / 4);
+        EXPECT_EQ(f.scheduler->check_admissible(n_prompt, n_prompt + max_new, r->width), "");
+        f.scheduler->add(&r->group);
+        reqs.push_back(std::move(r));
+    }
+    EXPECT_GT(asked_blocks, 5u * 48);
+    size_t n_done = 0;
+    for (int step = 0; step < 20000 && n_done < reqs.size(); ++step) {
+        const SchedulerOutput& out = f.scheduler->schedule();
+        EXPECT_LE(f.scheduler->n_running(), 12u);
+        std::vector<GroupRequest*> sampled;
+        for (const auto& s : out.seqs) {
+            f.cache->publish_full_blocks(s.seq->kv, s.seq->tokens);
+            if (!s.sample) continue;
+            for (auto& r : reqs)
+                if (&r->group == s.seq->group &&
+                    std::find(sampled.begin(), sampled.end(), r.get()) == sampled.end())
+                    sampled.push_back(r.get());
+        }
+        for (GroupRequest* r : sampled) {
+            SeqGroup& g = r->group;
+            // Every live member must have computed all its tokens to move on together.
+            bool all_ready = true;
+            for (Sequence* m : g.seqs) all_ready = all_ready && m->n_uncomputed() == 0;
+            if (!all_ready) continue;
+            if (!r->forked && r->width > 1) {
+                r->forked = true;
+                for (uint32_t k = 1; k < r->width; ++k) {
+                    Sequence* c = r->members[k].get();
+                    c->tokens = g.seqs[0]->tokens;
+                    f.scheduler->fork(g.seqs[0], c);
+                }
+            } else if (r->beams && g.seqs.size() > 1 && rng() % 2) {
+                // Drop the last member; fork a new one from the first.
+                Sequence* gone = g.seqs.back();
+                f.scheduler->remove_member(gone);
+                gone->tokens = g.seqs[0]->tokens;
+                f.scheduler->fork(g.seqs[0], gone);
+            }
+            for (Sequence* m : g.seqs) m->tokens.push_back(fake_token(*m));
+            if (g.seqs[0]->tokens.size() >= g.seqs[0]->max_total) {
+                f.scheduler->remove(&g);
+                r->done = true;
+                ++n_done;
+            }
+        }
+        // Never half a group: every member in its group's state, KV or none alike.
+        std::vector<const SeqKv*> live;
+        for (SeqGroup* g : f.scheduler->running()) {
+            ASSERT_EQ(g->state, SeqState::Running);
+            for (Sequence* m : g->seqs) {
+                ASSERT_EQ(m->state, SeqState::Running);
+                live.push_back(&m->kv);
+            }
+        }
+        for (SeqGroup* g : f.scheduler->waiting())
+            for (Sequence* m : g->seqs) {
+                ASSERT_EQ(m->state, SeqState::Waiting);
+                ASSERT_EQ(m->kv.n_tokens, 0u);
+            }
+        ASSERT_EQ(f.cache->check_invariants(live), "") << "step " << step;
+    }
+    EXPECT_EQ(n_done, reqs.size());
+    EXPECT_GT(f.scheduler->n_preemptions(), 0u);
+    EXPECT_EQ(f.cache->n_blocks_used(), 0u);
+    EXPECT_EQ(f.cache->n_shared_refs(), 0u);
+    for (const auto& r : reqs)
+        if (!r->beams)
+            for (const auto& m : r->members)
+                for (uint32_t i = m->n_prompt + 1; i < m->tokens.size(); ++i) {
+                    Sequence probe = Sequence{};
+                    probe.id = m->id;
+                    probe.index = m->index;
+                    probe.tokens.resize(i);
+                    ASSERT_EQ(m->tokens[i], fake_token(probe));
+                }
+}
+
+TEST(Scheduler, AGroupCountsItsPromptOnceAndEachTail) {
+    Fixture f(64, 8, 64);
+    // Blocks of 4: a 10-token prompt has 2 full blocks; each of 3 sequences
+    // of 18 tokens holds 5 blocks, 3 of them its own.
+    EXPECT_EQ(request_kv_blocks(f.cache->group(0), 4, 10, 18, 3), 2u + 3u * 3u);
+    EXPECT_EQ(request_kv_blocks(f.cache->group(0), 4, 10, 18, 1), 5u);
+    EXPECT_THAT(f.scheduler->check_admissible(10, 64, 9), HasSubstr("--max-num-seqs is 8"));
+    // 8 × 16 blocks of 64 tokens, sharing 2: more than the 64 the pool has.
+    EXPECT_THAT(f.scheduler->check_admissible(10, 64, 8),
+                HasSubstr("need 114 KV blocks of 4 tokens"));
+    EXPECT_EQ(f.scheduler->check_admissible(10, 64, 4), "");
 }
 
 }  // namespace

@@ -186,24 +186,59 @@ TEST(KvCache, PrefixLongerThanTheWindowAttachesWithWindowBlocks) {
     EXPECT_EQ(cache.used_bytes(), 0u);
 }
 
-TEST(KvCache, ForkSharesFullBlocksAndCopiesThePartialOne) {
+TEST(KvCache, ForkSharesEveryBlockAndCopiesThePartialOneOnFirstWrite) {
     const ModelDesc m = tiny_model();
     KvCache cache(plan_with_blocks(m, 16 * 1024), m.hp, true, cpu());
     SeqKv parent;
-    ASSERT_TRUE(cache.grow(parent, 6));
+    ASSERT_TRUE(cache.grow(parent, 6));  // blocks of 4 tokens: one full, one with 2 of 4
     uint8_t* region = cpu().host(cache.layout().group_base[0]);
     std::memset(region + parent.tables[0][1] * 1024, 0x5A, 1024);
+    const uint32_t used_before = cache.pool(0).n_used();
     SeqKv child;
-    ASSERT_TRUE(cache.fork(parent, child));
+    cache.fork(parent, child);
+    // The fork itself takes no block: both tables name the same two.
+    EXPECT_EQ(cache.pool(0).n_used(), used_before);
+    EXPECT_EQ(child.tables[0], parent.tables[0]);
+    EXPECT_EQ(cache.pool(0).ref_count(parent.tables[0][1]), 2);
+    EXPECT_EQ(cache.n_shared_refs(), 2u);
+    EXPECT_TRUE(cache.shares_partial_last(child, 0));
+    // The child's first write needs one block: the copy of the partial one.
+    EXPECT_EQ(cache.blocks_to_grow(child, 0, 1, true), 1u);
+    ASSERT_TRUE(cache.grow(child, 1));
     EXPECT_EQ(child.tables[0][0], parent.tables[0][0]);
     EXPECT_NE(child.tables[0][1], parent.tables[0][1]);
     EXPECT_EQ(region[child.tables[0][1] * 1024 + 1000], 0x5A);
-    EXPECT_EQ(cache.pool(0).ref_count(parent.tables[0][0]), 2);
+    EXPECT_EQ(cache.pool(0).n_used(), used_before + 1);
+    EXPECT_EQ(cache.pool(0).ref_count(parent.tables[0][1]), 1);
+    // The parent is now the only holder of its partial block: no copy.
+    EXPECT_FALSE(cache.shares_partial_last(parent, 0));
+    const int32_t parent_last = parent.tables[0][1];
+    ASSERT_TRUE(cache.grow(parent, 1));
+    EXPECT_EQ(parent.tables[0][1], parent_last);
+    EXPECT_EQ(cache.n_shared_refs(), 1u);  // the full first block
     const SeqKv* live[] = {&parent, &child};
     EXPECT_EQ(cache.check_invariants(live), "");
     cache.free(parent);
     cache.free(child);
     EXPECT_EQ(cache.used_bytes(), 0u);
+    EXPECT_EQ(cache.n_shared_refs(), 0u);
+}
+
+TEST(KvCache, AForkAtABlockBoundaryCopiesNothing) {
+    const ModelDesc m = tiny_model();
+    KvCache cache(plan_with_blocks(m, 16 * 1024), m.hp, true, cpu());
+    SeqKv parent, child;
+    ASSERT_TRUE(cache.grow(parent, 8));
+    cache.fork(parent, child);
+    EXPECT_FALSE(cache.shares_partial_last(child, 0));
+    EXPECT_EQ(cache.blocks_to_grow(child, 0, 1, false), 1u);
+    const uint32_t used = cache.pool(0).n_used();
+    ASSERT_TRUE(cache.grow(child, 1));
+    ASSERT_TRUE(cache.grow(parent, 1));
+    EXPECT_EQ(cache.pool(0).n_used(), used + 2);  // one new block each, nothing copied
+    cache.free(parent);
+    cache.free(child);
+    EXPECT_EQ(cache.n_blocks_used(), 0u);
 }
 
 TEST(KvCache, RandomWorkloadReturnsEveryBlock) {
@@ -250,10 +285,9 @@ TEST(KvCache, RandomWorkloadReturnsEveryBlock) {
                 Live child;
                 const Live& parent = seqs[rng() % seqs.size()];
                 if (parent.kv.n_tokens == 0) continue;
-                if (cache.fork(parent.kv, child.kv)) {
-                    child.tokens = parent.tokens;
-                    seqs.push_back(std::move(child));
-                }
+                cache.fork(parent.kv, child.kv);
+                child.tokens = parent.tokens;
+                seqs.push_back(std::move(child));
             }
             if (op % 1009 == 0) {
                 std::vector<const SeqKv*> live;

@@ -168,7 +168,24 @@ with Server(["-m", model, "--api-key", KEY, "--max-body", "64KiB", "--max-model-
     check(server, "top_p 0", 400, "POST", CHAT, chat(top_p=0), param="top_p")
     check(server, "presence_penalty 5", 400, "POST", CHAT, chat(presence_penalty=5),
           param="presence_penalty")
-    check(server, "n = 2", 400, "POST", CHAT, chat(n=2), param="n")
+    check(server, "n = 0", 400, "POST", CHAT, chat(n=0), param="n")
+    check(server, "best_of below n", 400, "POST", CHAT, chat(n=3, best_of=2), param="best_of",
+          contains=["best_of (2) must be at least n (3)"])
+    check(server, "best_of over n streamed", 400, "POST", COMPLETIONS,
+          {"prompt": "a", "best_of": 3, "stream": True}, param="best_of",
+          contains=["cannot be streamed"])
+    check(server, "use_beam_search a string", 400, "POST", CHAT, chat(use_beam_search="yes"),
+          param="use_beam_search")
+    check(server, "beam_width 0", 400, "POST", CHAT, chat(use_beam_search=True, beam_width=0),
+          param="beam_width")
+    check(server, "beam_width below n", 400, "POST", CHAT,
+          chat(use_beam_search=True, beam_width=2, n=3), param="beam_width")
+    check(server, "length_penalty a string", 400, "POST", CHAT,
+          chat(use_beam_search=True, length_penalty="long"), param="length_penalty")
+    check(server, "beam search with stop strings", 400, "POST", CHAT,
+          chat(use_beam_search=True, beam_width=2, stop=["x"]), contains=["beam search"])
+    check(server, "n beyond the sequence seats", 400, "POST", CHAT, chat(n=100),
+          contains=["--max-num-seqs"])
     check(server, "huge n", 400, "POST", CHAT, chat(n=10**9), param="n")
     check(server, "stop a number", 400, "POST", CHAT, chat(stop=5), param="stop")
     check(server, "five stop strings", 400, "POST", CHAT, chat(stop=list("abcde")), param="stop")

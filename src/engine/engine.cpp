@@ -616,6 +616,8 @@ void Engine::finish(Request& r, FinishReason reason) {
 
 void Engine::complete(Request& r, FinishReason reason) {
     metrics_.finished[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
+    metrics_.request_kv_blocks.fetch_add(r.n_blocks_peak_.load(), std::memory_order_relaxed);
+    metrics_.request_kv_blocks_shared.fetch_add(r.n_shared_peak_.load(), std::memory_order_relaxed);
     metrics_.e2e_s.observe(std::chrono::duration<double>(Clock::now() - r.t_arrival_).count());
     for (const auto& c : r.cands_) by_seq_.erase(&c.seq);
     const uint64_t id = r.id_;
@@ -624,8 +626,16 @@ void Engine::complete(Request& r, FinishReason reason) {
 }
 
 void Engine::count_sharing(Request& r) {
+    constexpr auto rel = std::memory_order_relaxed;
     const KvCache& cache = runner_.cache();
     uint32_t distinct = 0, entries = 0;
+    if (r.group_.seqs.size() == 1) {
+        // One sequence holds each of its blocks once.
+        for (const auto& t : r.group_.seqs[0]->kv.tables)
+            for (int32_t b : t) distinct += b >= 0;
+        if (distinct > r.n_blocks_peak_.load(rel)) r.n_blocks_peak_.store(distinct, rel);
+        return;
+    }
     for (size_t g = 0; g < cache.n_groups(); ++g) {
         block_scratch_.clear();
         for (const Sequence* s : r.group_.seqs)
@@ -637,7 +647,6 @@ void Engine::count_sharing(Request& r) {
         distinct += static_cast<uint32_t>(
             std::unique(block_scratch_.begin(), block_scratch_.end()) - block_scratch_.begin());
     }
-    constexpr auto rel = std::memory_order_relaxed;
     if (distinct > r.n_blocks_peak_.load(rel)) r.n_blocks_peak_.store(distinct, rel);
     if (entries - distinct > r.n_shared_peak_.load(rel))
         r.n_shared_peak_.store(entries - distinct, rel);

@@ -58,6 +58,10 @@ struct EngineMetrics {
     std::atomic<uint64_t> kv_blocks_shared{0};
     std::atomic<uint64_t> kv_shared_bytes{0};
     std::atomic<uint64_t> kv_shared_bytes_peak{0};
+    // Over finished requests: the blocks each held at its peak, and the table
+    // entries beyond those (its samples or beams sharing instead of copying).
+    std::atomic<uint64_t> request_kv_blocks{0};
+    std::atomic<uint64_t> request_kv_blocks_shared{0};
     std::atomic<uint64_t> prompt_tokens{0};  // prompt tokens of admitted requests
     std::atomic<uint64_t> computed_prompt_tokens{
         0};  // prompt tokens actually computed (misses + recompute)

@@ -82,6 +82,14 @@ std::string prometheus_text(const MetricsSnapshot& s) {
             load(m.kv_shared_bytes));
     x.gauge("headroom_kv_shared_bytes_peak", "Most bytes shared KV block references ever saved",
             load(m.kv_shared_bytes_peak));
+    x.counter("headroom_request_kv_blocks_total",
+              "KV blocks finished requests held at their peak, summed (owned, each block once)",
+              load(m.request_kv_blocks));
+    x.counter(
+        "headroom_request_kv_blocks_shared_total",
+        "Block table entries of finished requests beyond their own blocks, summed (what their "
+        "samples or beams shared instead of copying)",
+        load(m.request_kv_blocks_shared));
 
     struct TermField {
         const char* metric;

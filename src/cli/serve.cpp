@@ -38,6 +38,7 @@ struct ServeOptions {
     std::string served_model_name;
     std::string max_body = "1MiB";
     double shutdown_timeout_s = 30;
+    double drain_grace_s = 3;
     bool quiet = false;
 };
 
@@ -60,6 +61,10 @@ class SignalWaiter {
         std::unique_lock lk(mu_);
         cv_.wait(lk, [&] { return n_signals_ >= n; });
     }
+    int first_signal() {
+        std::lock_guard lk(mu_);
+        return first_signal_;
+    }
     // Waits up to `timeout` for at least `n` signals; true if they came.
     bool wait_for(int n, std::chrono::milliseconds timeout) {
         std::unique_lock lk(mu_);
@@ -78,7 +83,7 @@ class SignalWaiter {
                            sig == SIGINT ? "interrupted" : "terminated");
                 std::_Exit(0);
             }
-            ++n_signals_;
+            if (n_signals_++ == 0) first_signal_ = sig;
             cv_.notify_all();
         }
     }
@@ -87,6 +92,7 @@ class SignalWaiter {
     std::mutex mu_;
     std::condition_variable cv_;
     int n_signals_ = 0;
+    int first_signal_ = 0;
     bool loading_ = true;
 };
 
@@ -120,6 +126,7 @@ void serve(ServeOptions& o) {
              kMaxHttpThreads);
     if (sc.port < 0 || sc.port > 65535) fail("--port {}: expected 0 to 65535", sc.port);
     if (!(o.shutdown_timeout_s >= 0)) fail("--shutdown-timeout must be at least 0");
+    if (!(o.drain_grace_s >= 0)) fail("--drain-grace must be at least 0");
     if (sc.api_key.empty())
         if (const char* key = std::getenv("HEADROOM_API_KEY")) sc.api_key = key;
     sc.log_requests = !o.quiet;
@@ -162,6 +169,11 @@ void serve(ServeOptions& o) {
     served.max_model_len = runner.plan().config.max_model_len;
     served.created_s = unix_time_s();
     served.rss_start_bytes = process.rss_start_bytes;
+    served.model_path = o.engine.model;
+    served.architecture = lm.desc.hp.arch;
+    served.max_num_seqs = runner.plan().config.max_num_seqs;
+    served.kv_capacity_tokens =
+        uint64_t{runner.cache().pool(0).n_blocks()} * runner.cache().block_size();
     process.rss_bytes = current_rss_bytes();
     // Taken before the engine thread starts: the only time the KV pool may
     // be read from this thread.
@@ -184,14 +196,26 @@ void serve(ServeOptions& o) {
     const auto timeout =
         std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000));
     fmt::print(stderr,
-               "headroom serve: shutting down: no new connections; {} requests in flight get up "
-               "to {:g}s to finish (signal again to abort them)\n",
+               "headroom serve: draining: /health answers 503 \"draining\"; {} requests in flight "
+               "get up to {:g}s to finish (signal again to abort them)\n",
                engine.n_active(), o.shutdown_timeout_s);
-    http.stop_accepting();
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (engine.n_active() > 0 && std::chrono::steady_clock::now() < deadline &&
-           !signals.wait_for(2, std::chrono::milliseconds(50))) {
+    // Still listening while anything is in flight, and after SIGTERM (a
+    // service manager's) for --drain-grace at least: routers read "draining"
+    // and stop sending, and what they sent meanwhile is served. Then the
+    // socket closes.
+    http.begin_draining();
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + timeout;
+    const auto grace_end =
+        start + std::chrono::milliseconds(static_cast<int64_t>(
+                    signals.first_signal() == SIGTERM ? o.drain_grace_s * 1000 : 0));
+    for (;;) {
+        const auto now = std::chrono::steady_clock::now();
+        const bool busy = engine.n_active() > 0 || http.n_in_flight() > 0;
+        if ((!busy && now >= grace_end) || now >= deadline) break;
+        if (signals.wait_for(2, std::chrono::milliseconds(50))) break;
     }
+    http.stop_accepting();
     auto& n_aborts = metrics.finished[static_cast<size_t>(FinishReason::Abort)];
     const uint64_t n_aborts_before = n_aborts.load();
     engine.shutdown(std::chrono::milliseconds(0));  // aborts what is left
@@ -227,6 +251,11 @@ void add_serve_command(CLI::App& app) {
                   "instead of answering 400");
     cmd->add_option("--shutdown-timeout", o->shutdown_timeout_s,
                     "Seconds in-flight requests get to finish after SIGINT/SIGTERM")
+        ->capture_default_str();
+    cmd->add_option("--drain-grace", o->drain_grace_s,
+                    "After SIGTERM, seconds to keep serving while /health says draining, so "
+                    "routers notice before the socket closes (set above their health-check "
+                    "interval; within --shutdown-timeout)")
         ->capture_default_str();
     cmd->add_flag("-q,--quiet", o->quiet, "No loading progress and no request log on stderr");
     cmd->callback([o] { serve(*o); });

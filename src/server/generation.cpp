@@ -245,7 +245,9 @@ void handle(Endpoint endpoint, const std::string& body, const GenerationContext&
         e.code = "model_not_found";
         return set_error(res, e);
     }
-    if (ctx.draining.load()) return set_error(res, shutting_down());
+    // A draining server still takes what arrives until it closes its socket:
+    // routers see /health fail and stop sending; what they sent meanwhile
+    // finishes instead of failing.
 
     // Take a seat before the costly part (template, tokenizer) so an
     // overloaded server refuses cheaply.

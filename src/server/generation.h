@@ -26,7 +26,7 @@ struct GenerationContext {
     const ServeConfig& config;
     std::atomic<uint32_t>& n_in_flight;  // seats taken among config.max_queued
     HttpCounters& counters;
-    const std::atomic<bool>& draining;  // stop_accepting() was called
+    const std::atomic<bool>& draining;  // begin_draining() was called
 };
 
 // Fills `res` with an error, or with a content provider that streams (SSE)

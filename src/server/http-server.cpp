@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "memory/report.h"
 #include "server/generation.h"
+#include "server/router-api.h"
 
 namespace headroom::server {
 
@@ -31,7 +32,8 @@ class Listener : public httplib::Server {
 };
 
 bool is_post_route(const std::string& path) {
-    return path == "/v1/chat/completions" || path == "/v1/completions";
+    return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/tokenize" ||
+           path == "/detokenize";
 }
 
 // The connection must not be reused once a body was left unread: its bytes
@@ -83,6 +85,9 @@ struct HttpServer::Impl {
     httplib::Server::HandlerResponse pre_route(const httplib::Request& req, httplib::Response& res);
     void post_generation(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
                          const httplib::ContentReader& reader);
+    // Reads the body within --max-body; false (with `res` set) if it cannot.
+    bool read_body(const httplib::Request& req, httplib::Response& res,
+                   const httplib::ContentReader& reader, std::string& body);
     json memory_json(const ServedModel& m) const;
 };
 
@@ -145,8 +150,14 @@ httplib::Server::HandlerResponse HttpServer::Impl::pre_route(const httplib::Requ
 void HttpServer::Impl::post_generation(Endpoint endpoint, const httplib::Request& req,
                                        httplib::Response& res,
                                        const httplib::ContentReader& reader) {
-    // Read the body ourselves: httplib would buffer a chunked body of any size.
     std::string body;
+    if (read_body(req, res, reader, body))
+        handle_generation(endpoint, body, *ready_generation, res);
+}
+
+bool HttpServer::Impl::read_body(const httplib::Request& req, httplib::Response& res,
+                                 const httplib::ContentReader& reader, std::string& body) {
+    // Read the body ourselves: httplib would buffer a chunked body of any size.
     bool too_large = false;
     const bool ok = reader([&](const char* data, size_t n) {
         if (body.size() + n > config.max_body_bytes) {
@@ -158,17 +169,19 @@ void HttpServer::Impl::post_generation(Endpoint endpoint, const httplib::Request
     });
     if (too_large) {
         close_after_response(req);
-        return set_error(res, status_error(413,
-                                           fmt::format("the request body is over the limit of {} "
-                                                       "bytes (--max-body)",
-                                                       config.max_body_bytes),
-                                           "request_too_large"));
+        set_error(res, status_error(413,
+                                    fmt::format("the request body is over the limit of {} "
+                                                "bytes (--max-body)",
+                                                config.max_body_bytes),
+                                    "request_too_large"));
+        return false;
     }
     if (!ok) {
         close_after_response(req);
-        return set_error(res, bad_request("", "the request body could not be read"));
+        set_error(res, bad_request("", "the request body could not be read"));
+        return false;
     }
-    handle_generation(endpoint, body, *ready_generation, res);
+    return true;
 }
 
 json HttpServer::Impl::memory_json(const ServedModel& m) const {
@@ -220,7 +233,7 @@ void HttpServer::Impl::routes() {
     });
 
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-        const char* status = draining.load() ? "shutting_down" : ready() ? "ok" : "loading";
+        const char* status = draining.load() ? "draining" : ready() ? "ok" : "loading";
         res.status = draining.load() || !ready() ? 503 : 200;
         res.set_content(dump({{"status", status}}), "application/json");
     });
@@ -257,7 +270,32 @@ void HttpServer::Impl::routes() {
         for (const Ledger* l : m.ledgers) snap.ledgers.push_back(l->snapshot());
         snap.rss_bytes = current_rss_bytes();
         snap.http = &counters;
+        snap.model_name = m.name;
         res.set_content(prometheus_text(snap), "text/plain; version=0.0.4; charset=utf-8");
+    });
+    // For routers (server/router-api.h).
+    auto info = [this](const httplib::Request&, httplib::Response& res) {
+        res.set_content(dump(server_info_json(*ready(), config)), "application/json");
+    };
+    http.Get("/server_info", info);
+    http.Get("/get_server_info", info);
+    auto model_info = [this](const httplib::Request&, httplib::Response& res) {
+        res.set_content(dump(model_info_json(*ready())), "application/json");
+    };
+    http.Get("/model_info", model_info);
+    http.Get("/get_model_info", model_info);
+    http.Get("/get_load", [this](const httplib::Request&, httplib::Response& res) {
+        res.set_content(dump(load_json(*ready(), n_in_flight.load())), "application/json");
+    });
+    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res,
+                                  const httplib::ContentReader& reader) {
+        std::string body;
+        if (read_body(req, res, reader, body)) handle_tokenize(body, *ready(), res);
+    });
+    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res,
+                                    const httplib::ContentReader& reader) {
+        std::string body;
+        if (read_body(req, res, reader, body)) handle_detokenize(body, *ready(), res);
     });
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res,
                                              const httplib::ContentReader& reader) {
@@ -351,6 +389,14 @@ void HttpServer::set_ready(const ServedModel* model) {
     impl_->ready_generation = std::make_unique<GenerationContext>(GenerationContext{
         *model, impl_->config, impl_->n_in_flight, impl_->counters, impl_->draining});
     impl_->model.store(model, std::memory_order_release);
+}
+
+void HttpServer::begin_draining() {
+    impl_->draining.store(true);
+}
+
+uint32_t HttpServer::n_in_flight() const {
+    return impl_->n_in_flight.load();
 }
 
 void HttpServer::stop_accepting() {

@@ -68,6 +68,11 @@ struct ServedModel {
     uint64_t rss_start_bytes = 0;
     uint32_t max_model_len = 0;
     int64_t created_s = 0;
+    // What routers ask of a worker (server/router-api.h).
+    std::string model_path;    // the file, as -m gave it
+    std::string architecture;  // general.architecture
+    uint32_t max_num_seqs = 0;
+    uint64_t kv_capacity_tokens = 0;  // tokens the KV pool holds
 };
 
 // How often a pending response checks for a new token and for its client.
@@ -86,8 +91,15 @@ class HttpServer {
     int port() const;
     // From now on requests reach `model`.
     void set_ready(const ServedModel* model);
-    // Closes the listening socket; open connections finish their responses,
-    // and new generation requests on them get 503. Idempotent.
+    // Draining: /health answers 503 "draining" at once, so routers stop
+    // sending; the server still listens and serves what arrives meanwhile.
+    // Idempotent.
+    void begin_draining();
+    // Generation requests holding a seat among --max-queued (parsed, queued
+    // or running, or sending their last bytes).
+    uint32_t n_in_flight() const;
+    // Closes the listening socket (draining first); open connections finish
+    // their responses. Idempotent.
     void stop_accepting();
     // Waits until the accept thread and every connection have ended.
     void join();

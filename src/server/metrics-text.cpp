@@ -37,19 +37,32 @@ class Exposition {
         family(name, "counter", help);
         sample(name, value);
     }
-    void histogram(std::string_view name, std::string_view help, const Histogram& h) {
+    // `labels` (k="v",...) go on every sample, before le.
+    void histogram(std::string_view name, std::string_view help, const Histogram& h,
+                   std::string_view labels = {}) {
         family(name, "histogram", help);
         const auto& bounds = h.bounds();
+        const std::string pre = labels.empty() ? "" : fmt::format("{},", labels);
         // Buckets, sum and count are separate atomics: take +Inf from the
         // buckets so the family stays consistent under concurrent updates.
         uint64_t n_total = 0;
         for (size_t i = 0; i < bounds.size(); ++i)
             sample(fmt::format("{}_bucket", name), h.cumulative_count(i),
-                   fmt::format("le=\"{}\"", bounds[i]));
+                   fmt::format("{}le=\"{}\"", pre, bounds[i]));
         n_total = h.cumulative_count(bounds.size());
-        sample(fmt::format("{}_bucket", name), n_total, "le=\"+Inf\"");
-        sample(fmt::format("{}_sum", name), h.sum());
-        sample(fmt::format("{}_count", name), n_total);
+        sample(fmt::format("{}_bucket", name), n_total, fmt::format("{}le=\"+Inf\"", pre));
+        sample(fmt::format("{}_sum", name), h.sum(), labels);
+        sample(fmt::format("{}_count", name), n_total, labels);
+    }
+    void labelled(std::string_view type, std::string_view name, std::string_view help,
+                  uint64_t value, std::string_view labels) {
+        family(name, type, help);
+        sample(name, value, labels);
+    }
+    void labelled(std::string_view type, std::string_view name, std::string_view help, double value,
+                  std::string_view labels) {
+        family(name, type, help);
+        sample(name, value, labels);
     }
     std::string take() { return std::move(out_); }
 
@@ -59,6 +72,55 @@ class Exposition {
 
 uint64_t load(const std::atomic<uint64_t>& a) {
     return a.load(std::memory_order_relaxed);
+}
+
+// A label value as the text format writes it: backslash, quote and newline escaped.
+std::string label_value(std::string_view v) {
+    std::string out;
+    for (char c : v) {
+        if (c == '\\' || c == '"') out += '\\';
+        if (c == '\n') {
+            out += "\\n";
+            continue;
+        }
+        out += c;
+    }
+    return out;
+}
+
+// vLLM's names for the same series, with its model_name label, so that
+// dashboards and endpoint pickers made for vLLM read headroom unchanged.
+void vllm_series(Exposition& x, const EngineMetrics& m, std::string_view model_name) {
+    const std::string l = fmt::format("model_name=\"{}\"", label_value(model_name));
+    x.labelled("gauge", "vllm:num_requests_running", "Sequences in the running batch",
+               load(m.n_running), l);
+    x.labelled("gauge", "vllm:num_requests_waiting", "Requests waiting for admission",
+               load(m.n_waiting), l);
+    const uint64_t used = load(m.kv_blocks_used), total = load(m.kv_blocks_total);
+    const double usage = total ? static_cast<double>(used) / static_cast<double>(total) : 0.0;
+    x.labelled("gauge", "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+               usage, l);
+    x.labelled("gauge", "vllm:gpu_cache_usage_perc",
+               "KV-cache usage. 1 means 100 percent usage (the older name).", usage, l);
+    x.labelled("counter", "vllm:prefix_cache_queries_total",
+               "Prefix cache queries, in tokens (prompt tokens looked up)",
+               load(m.prefix_query_tokens), l);
+    x.labelled("counter", "vllm:prefix_cache_hits_total",
+               "Prefix cache hits, in tokens (prompt tokens found)", load(m.prefix_hit_tokens), l);
+    x.labelled("counter", "vllm:prompt_tokens_total", "Prompt tokens of admitted requests",
+               load(m.prompt_tokens), l);
+    x.labelled("counter", "vllm:generation_tokens_total", "Generated tokens",
+               load(m.generation_tokens), l);
+    x.labelled("counter", "vllm:num_preemptions_total", "Preemptions (recomputed later)",
+               load(m.n_preemptions), l);
+    x.histogram("vllm:time_to_first_token_seconds", "Time to first token in seconds.", m.ttft_s, l);
+    x.histogram("vllm:e2e_request_latency_seconds", "End to end request latency in seconds.",
+                m.e2e_s, l);
+    x.histogram("vllm:inter_token_latency_seconds", "Inter-token latency in seconds.", m.itl_s, l);
+    x.family("vllm:request_success_total", "counter", "Finished requests, by finish reason");
+    for (FinishReason r : {FinishReason::Stop, FinishReason::Length, FinishReason::Abort})
+        x.sample("vllm:request_success_total", load(m.finished[static_cast<size_t>(r)]),
+                 fmt::format("{},finished_reason=\"{}\"", l, name(r)));
 }
 
 }  // namespace
@@ -152,6 +214,7 @@ std::string prometheus_text(const MetricsSnapshot& s) {
                   "Clients gone before their response ended (their requests were cancelled)",
                   load(s.http->n_disconnects));
     }
+    vllm_series(x, m, s.model_name);
     return x.take();
 }
 

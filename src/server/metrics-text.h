@@ -31,6 +31,7 @@ struct MetricsSnapshot {
     std::vector<LedgerSnapshot> ledgers;  // one per device
     uint64_t rss_bytes = 0;
     const HttpCounters* http = nullptr;
+    std::string model_name;  // the model_name label of vLLM's series
 };
 
 std::string prometheus_text(const MetricsSnapshot& snapshot);

@@ -39,6 +39,9 @@ def synth_tiny(directory):
 
 class Server:
     def __init__(self, args, env=None, ready_timeout_s=300):
+        # No router watches these servers: SIGTERM need not wait for one.
+        if "--drain-grace" not in args:
+            args = list(args) + ["--drain-grace", "0"]
         self.log_path = os.path.join(scratch_dir("headroom-serve-log-"), "server.log")
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen([headroom_bin(), "serve", "--port", "0"] + list(args),

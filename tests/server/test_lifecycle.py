@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Shutting `headroom serve` down (a tiny random model):
-  - SIGTERM stops new connections at once, lets the streams in flight finish
-    every token they asked for, and exits 0;
+  - SIGTERM drains: /health answers 503 "draining" at once (routers stop
+    sending), a request that arrives meanwhile is still served, the streams in
+    flight finish every token they asked for, then new connections are
+    refused and the server exits 0;
   - past --shutdown-timeout the rest are aborted (finish_reason "abort",
     the stream still ends with [DONE]), and a second signal aborts at once;
     both exit 0;
@@ -72,7 +74,14 @@ def refused(port):
         return True
 
 
-# ---- SIGTERM: in-flight streams finish, new connections are refused --------------
+# ---- SIGTERM: draining, in-flight streams finish, then connections are refused ---
+def health(port):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn.request("GET", "/health")
+    r = conn.getresponse()
+    return r.status, json.loads(r.read())
+
+
 server = Server(COMMON + ["-q"])
 streams = [Stream(server, 400) for _ in range(3)]
 for s in streams:
@@ -80,21 +89,30 @@ for s in streams:
 t_signal = time.time()
 server.proc.send_signal(signal.SIGTERM)
 deadline = time.time() + 2
-while not refused(server.port) and time.time() < deadline:
+status = (200, {})
+while status[0] == 200 and time.time() < deadline:
+    status = health(server.port)
     time.sleep(0.02)
-fail_if(not refused(server.port), "new connections still accepted 2s after SIGTERM")
-t_refused = time.time() - t_signal
-for s in streams:
+t_draining = time.time() - t_signal
+fail_if(status != (503, {"status": "draining"}), f"/health while draining: {status}")
+late = Stream(server, 8)  # sent by a router that has not seen /health fail yet
+for s in streams + [late]:
     s.join(60)
     fail_if(s.is_alive() or s.error, f"stream did not end cleanly: {s.error}")
+fail_if(late.finish_reason() != "length", f"a request sent while draining: {late.events[-3:]}")
+for s in streams:
     fail_if(s.events[-1] != "[DONE]" or s.finish_reason() != "length" or
             s.usage()["completion_tokens"] != 400,
             f"in-flight stream cut short: {s.finish_reason()} {s.usage()} {s.events[-1]}")
+deadline = time.time() + 5
+while not refused(server.port) and time.time() < deadline:
+    time.sleep(0.02)
+fail_if(not refused(server.port), "new connections still accepted 5s after the streams ended")
 code = server.wait_exit()
 fail_if(code != 0, f"exit code {code} after SIGTERM")
 fail_if("aborted" in server.log_text(), f"requests aborted: {server.log_text()}")
-print(f"ok: SIGTERM refused new connections after {t_refused:.2f}s, "
-      f"3 in-flight streams finished all 400 tokens, exit 0")
+print(f"ok: SIGTERM: /health said draining after {t_draining:.2f}s, a request sent while "
+      f"draining and 3 in-flight streams finished (400 tokens each), then refused, exit 0")
 
 # ---- Past --shutdown-timeout, what is left is aborted -----------------------------
 server = Server(COMMON + ["-q", "--shutdown-timeout", "1"])

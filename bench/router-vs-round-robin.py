@@ -121,6 +121,7 @@ class Router:
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = f"/tmp/headroom-router-{policy}{tag}.log"
         log_file = open(self.log_path, "wb")
+        self.metrics_url = f"http://127.0.0.1:{port + 1000}/metrics"
         self.proc = subprocess.Popen(
             [str(exe), "--host", "127.0.0.1", "--port", str(port), "--worker-urls",
              *[w.url for w in workers], "--policy", policy, "--prometheus-port", str(port + 1000),
@@ -128,6 +129,19 @@ class Router:
              "--health-failure-threshold", "1", "--retry-max-retries", "3"],
             stdout=log_file, stderr=log_file)
         wait_ok(self.url + "/health", 60, self.proc)
+
+    def retries(self):
+        """Retries the router counted (its series with "retr" in the name), summed."""
+        try:
+            text = get(self.metrics_url)[1]
+        except Exception:
+            return None
+        n = 0.0
+        for fam in text_string_to_metric_families(text):
+            for smp in fam.samples:
+                if "retr" in smp.name and not smp.name.endswith(("_bucket", "_sum", "_created")):
+                    n += smp.value
+        return int(n)
 
     def stop(self):
         self.proc.terminate()
@@ -277,14 +291,15 @@ def main():
                 victim.proc.send_signal(sig)
             results, wall = drive(router.url, on_half=kill)
             code = victim.proc.wait(120)
+            retried = router.retries()
             router.stop()
-            retried = open(router.log_path, errors="replace").read().lower().count("retry")
             n_ok = sum(s == "ok" for s, _ in results)
             n_failed = sum(s == "failed" for s, _ in results)
             n_hung = sum(s == "hung" for s, _ in results)
             print(f"{signal.Signals(sig).name} one of {args.replicas} replicas mid-load: "
-                  f"{n_ok} ok, {n_failed} failed, {n_hung} hung, router log mentions retry "
-                  f"{retried} times; the replica exited {code}", flush=True)
+                  f"{n_ok} ok, {n_failed} failed, {n_hung} hung, {retried} retried by the router, "
+                  f"{args.conversations * args.turns - len(results)} not sent (their "
+                  f"conversation had failed); the replica exited {code}", flush=True)
             for s, x in results:
                 if s == "failed":
                     log("  failed:", x)

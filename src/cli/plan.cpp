@@ -81,9 +81,10 @@ RequestKv request_kv(const PlanOptions& o, const MemoryPlan& mp) {
     r.pool_blocks = UINT64_MAX;
     for (const auto& g : mp.kv_groups) {
         // A sequence of n tokens computes K/V for n - 1: its last is sampled, never fed.
-        const uint32_t one = request_kv_blocks(g, c.block_size, r.n_prompt, r.n_total - 1, 1);
-        const uint32_t all =
-            request_kv_blocks(g, c.block_size, r.n_prompt, r.n_total - 1, r.n_candidates);
+        const uint32_t one = request_kv_blocks(g, c.block_size, r.n_prompt, r.n_total - 1, 1,
+                                               c.max_num_batched_tokens);
+        const uint32_t all = request_kv_blocks(g, c.block_size, r.n_prompt, r.n_total - 1,
+                                               r.n_candidates, c.max_num_batched_tokens);
         r.shared_blocks += all;
         r.separate_blocks += uint64_t{one} * r.n_candidates;
         r.shared_bytes += all * g.block_bytes;

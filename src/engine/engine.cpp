@@ -169,6 +169,11 @@ size_t Engine::n_active() const {
     return n_active_.load();
 }
 
+bool Engine::accepting() const {
+    std::lock_guard lk(inbox_mu_);
+    return accepting_;
+}
+
 void Engine::drain_inbox() {
     std::vector<std::shared_ptr<Request>> incoming;
     std::vector<uint64_t> cancels;
@@ -609,7 +614,10 @@ void Engine::finish(Request& r, FinishReason reason) {
         }
     }
     for (auto& c : r.cands_) c.live = false;
-    r.finish_.store(reason);
+    // Choice 0 keeps the reason it finished with, if it had.
+    if (r.hold_ || r.beam_ || r.cands_[0].finish == FinishReason::Abort ||
+        r.finish_.load() == FinishReason::None)
+        r.finish_.store(reason);
     if (r.group_.state != SeqState::Finished) scheduler_.remove(&r.group_);
     complete(r, reason);
 }
@@ -653,7 +661,8 @@ void Engine::count_sharing(Request& r) {
 }
 
 void Engine::update_gauges() {
-    metrics_.n_running.store(scheduler_.n_running(), std::memory_order_relaxed);
+    metrics_.n_running.store(scheduler_.running().size(), std::memory_order_relaxed);
+    metrics_.n_running_seqs.store(scheduler_.n_running(), std::memory_order_relaxed);
     metrics_.n_waiting.store(scheduler_.n_waiting(), std::memory_order_relaxed);
     metrics_.kv_blocks_used.store(runner_.cache().n_blocks_used(), std::memory_order_relaxed);
     const uint64_t shared_bytes = runner_.cache().shared_bytes();

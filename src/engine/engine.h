@@ -161,6 +161,8 @@ class Engine {
     void shutdown(std::chrono::milliseconds timeout);
 
     size_t n_active() const;
+    // False once shutdown() began: submit() refuses everything.
+    bool accepting() const;
     const Scheduler& scheduler() const { return scheduler_; }
     Runner& runner() { return runner_; }
     const Tokenizer& tokenizer() const { return tokenizer_; }

@@ -46,7 +46,8 @@ struct TrafficCounters {
 
 struct EngineMetrics {
     EngineMetrics();
-    std::atomic<uint64_t> n_running{0};
+    std::atomic<uint64_t> n_running{0};       // requests (a request's samples or beams: one)
+    std::atomic<uint64_t> n_running_seqs{0};  // sequences (each sample or beam: one)
     std::atomic<uint64_t> n_waiting{0};
     std::atomic<uint64_t> n_preemptions{0};
     std::atomic<uint64_t> prefix_query_tokens{0};

@@ -37,9 +37,11 @@ std::string Scheduler::check_admissible(uint32_t n_prompt, uint32_t n_total,
             "{}: lower n, best_of or beam_width, or raise --max-num-seqs",
             n_candidates, config_.max_num_seqs);
     n_total = std::min(std::max(n_total, n_prompt + 1), config_.max_model_len);
+    // Each one's last token is sampled, never computed.
+    const uint32_t n_kv = std::max(n_total - 1, n_prompt);
     for (size_t g = 0; g < cache_.n_groups(); ++g) {
         const uint32_t need = request_kv_blocks(cache_.group(g), cache_.block_size(), n_prompt,
-                                                n_total, n_candidates);
+                                                n_kv, n_candidates, config_.max_num_batched_tokens);
         if (need <= cache_.pool(g).n_blocks()) continue;
         if (n_candidates <= 1)
             return fmt::format("the prompt needs {} KV blocks but the whole pool has {}", need,
@@ -218,7 +220,7 @@ const SchedulerOutput& Scheduler::schedule() {
                 break;
             }
             waiting_.pop_front();
-            cache_.count_prefix_query(lead->tokens.size(), cached);
+            cache_.count_prefix_query(reach, cached);
             for (Sequence* s : group->seqs) {
                 if (!s->admitted_once) {
                     s->n_cached_prompt = std::min(cached, s->n_prompt);

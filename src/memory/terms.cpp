@@ -60,7 +60,7 @@ std::string percent(double f) {
 }  // namespace
 
 uint32_t request_kv_blocks(const KvGroupPlan& g, uint32_t block_size, uint32_t n_prompt,
-                           uint32_t n_kv_tokens, uint32_t n_candidates) {
+                           uint32_t n_kv_tokens, uint32_t n_candidates, uint32_t step) {
     const uint32_t end = (n_kv_tokens + block_size - 1) / block_size;
     const uint32_t first_pos =
         g.kind == AttentionKind::SlidingWindow
@@ -69,6 +69,8 @@ uint32_t request_kv_blocks(const KvGroupPlan& g, uint32_t block_size, uint32_t n
     const uint32_t begin = std::min(first_pos / block_size, end);
     const uint32_t held = end - begin;
     if (n_candidates <= 1) return held;
+    if (g.kind == AttentionKind::SlidingWindow)
+        return n_candidates * blocks_for(g, n_kv_tokens, block_size, std::max(step, 1u));
     const uint32_t full_prompt = std::min(n_prompt / block_size, end);
     const uint32_t shared = full_prompt > begin ? full_prompt - begin : 0;
     return shared + n_candidates * (held - shared);

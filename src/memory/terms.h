@@ -135,10 +135,13 @@ struct KvGroupPlan {
 // output) once per candidate:
 //   S + n × (H − S),  H = blocks one sequence of n_kv_tokens holds at once,
 //   S = the prompt's full blocks among them (floor(n_prompt / B) with full
-//   attention; a sliding window holds only the blocks the next query sees).
+//   attention). A sliding window holds the blocks the next query sees; with
+//   several candidates each may also be computing a chunk of up to `step`
+//   tokens (recomputing its tail after a preemption), so each counts the
+//   window plus a step, and none is taken as shared.
 // The scheduler's admission check and `plan --n` both use it.
 uint32_t request_kv_blocks(const KvGroupPlan& g, uint32_t block_size, uint32_t n_prompt,
-                           uint32_t n_kv_tokens, uint32_t n_candidates);
+                           uint32_t n_kv_tokens, uint32_t n_candidates, uint32_t step = 1);
 
 struct RuntimeBreakdown {
     uint64_t thread_stacks_bytes = 0;

@@ -281,7 +281,7 @@ void handle(Endpoint endpoint, const std::string& body, const GenerationContext&
     std::string why;
     auto submitted = ctx.model.engine->submit(std::move(request), &why);
     if (!submitted) {
-        if (ctx.draining.load()) return set_error(res, shutting_down());
+        if (!ctx.model.engine->accepting()) return set_error(res, shutting_down());
         return set_error(res, bad_request(endpoint == Endpoint::Chat ? "messages" : "prompt", why));
     }
 

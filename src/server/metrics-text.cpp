@@ -92,7 +92,7 @@ std::string label_value(std::string_view v) {
 // dashboards and endpoint pickers made for vLLM read headroom unchanged.
 void vllm_series(Exposition& x, const EngineMetrics& m, std::string_view model_name) {
     const std::string l = fmt::format("model_name=\"{}\"", label_value(model_name));
-    x.labelled("gauge", "vllm:num_requests_running", "Sequences in the running batch",
+    x.labelled("gauge", "vllm:num_requests_running", "Requests in the running batch",
                load(m.n_running), l);
     x.labelled("gauge", "vllm:num_requests_waiting", "Requests waiting for admission",
                load(m.n_waiting), l);
@@ -129,6 +129,9 @@ std::string prometheus_text(const MetricsSnapshot& s) {
     const EngineMetrics& m = *s.engine;
     Exposition x;
     x.gauge("headroom_num_requests_running", "Requests in the running batch", load(m.n_running));
+    x.gauge("headroom_num_sequences_running",
+            "Sequences in the running batch (each sample or beam of a request is one)",
+            load(m.n_running_seqs));
     x.gauge("headroom_num_requests_waiting", "Requests queued for admission", load(m.n_waiting));
 
     const uint64_t used = load(m.kv_blocks_used), total = load(m.kv_blocks_total);

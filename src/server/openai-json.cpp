@@ -122,32 +122,6 @@ ApiError unsupported(const std::string& param, const std::string& what) {
     return e;
 }
 
-// Deepest nesting of arrays and objects in `text`, stopping once past `limit`.
-// Runs before parsing so that a hostile body cannot make the parser build a
-// million-level tree.
-size_t json_depth(std::string_view text, size_t limit) {
-    size_t depth = 0, max_depth = 0;
-    bool in_string = false, escaped = false;
-    for (const char c : text) {
-        if (in_string) {
-            if (escaped)
-                escaped = false;
-            else if (c == '\\')
-                escaped = true;
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '[' || c == '{') {
-            max_depth = std::max(max_depth, ++depth);
-            if (max_depth > limit) break;
-        } else if ((c == ']' || c == '}') && depth > 0) {
-            --depth;
-        }
-    }
-    return max_depth;
-}
-
 // ---- Messages and prompts ------------------------------------------------------
 
 Error read_content(const json& content, const std::string& param, std::string& out) {
@@ -375,6 +349,32 @@ Error read_completion_options(const json& body, GenerationSpec& spec) {
 }
 
 }  // namespace
+
+// Deepest nesting of arrays and objects in `text`, stopping once past `limit`.
+// Runs before parsing so that a hostile body cannot make the parser build a
+// million-level tree.
+size_t json_depth(std::string_view text, size_t limit) {
+    size_t depth = 0, max_depth = 0;
+    bool in_string = false, escaped = false;
+    for (const char c : text) {
+        if (in_string) {
+            if (escaped)
+                escaped = false;
+            else if (c == '\\')
+                escaped = true;
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            max_depth = std::max(max_depth, ++depth);
+            if (max_depth > limit) break;
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            --depth;
+        }
+    }
+    return max_depth;
+}
 
 std::optional<ApiError> parse_generation_request(std::string_view body, Endpoint endpoint,
                                                  GenerationSpec& spec) {

@@ -77,6 +77,9 @@ inline constexpr int64_t kMaxChoices = 128;
 // Largest JSON nesting a request may have; deeper bodies are refused before
 // they are parsed (a chat request needs 4 levels).
 inline constexpr size_t kMaxJsonDepth = 32;
+// Deepest nesting of arrays and objects in `text`, stopping once past
+// `limit`: checked before a body is parsed.
+size_t json_depth(std::string_view text, size_t limit);
 
 // Parses and validates a request body. On success fills `spec` and returns
 // nullopt; otherwise returns the error to send.

@@ -40,6 +40,7 @@ json load_json(const ServedModel& m, uint32_t n_in_flight) {
             {"num_reqs", running + waiting},
             {"num_running_reqs", running},
             {"num_waiting_reqs", waiting},
+            {"num_running_seqs", e.n_running_seqs.load(std::memory_order_relaxed)},
             {"kv_blocks_used", e.kv_blocks_used.load(std::memory_order_relaxed)},
             {"kv_blocks_total", e.kv_blocks_total.load(std::memory_order_relaxed)}};
 }
@@ -48,7 +49,10 @@ void handle_tokenize(const std::string& body, const ServedModel& m, httplib::Res
     try {
         // A chat (messages) renders the model's template as generation
         // does; a prompt is text or token ids, as /v1/completions takes it.
-        const bool is_chat = body.find("\"messages\"") != std::string::npos;
+        if (json_depth(body, kMaxJsonDepth) > kMaxJsonDepth)
+            return set_error(res, bad_request("", "the request body nests too deep"));
+        const json j = json::parse(body, nullptr, false);
+        const bool is_chat = j.is_object() && j.contains("messages");
         const Endpoint endpoint = is_chat ? Endpoint::Chat : Endpoint::Completion;
         GenerationSpec spec;
         if (auto e = parse_generation_request(body, endpoint, spec)) return set_error(res, *e);
@@ -68,6 +72,8 @@ void handle_tokenize(const std::string& body, const ServedModel& m, httplib::Res
 
 void handle_detokenize(const std::string& body, const ServedModel& m, httplib::Response& res) {
     try {
+        if (json_depth(body, kMaxJsonDepth) > kMaxJsonDepth)
+            return set_error(res, bad_request("", "the request body nests too deep"));
         const json j = json::parse(body, nullptr, false);
         if (j.is_discarded() || !j.is_object())
             return set_error(res, bad_request("", "the request body must be a JSON object"));

@@ -332,6 +332,13 @@ TEST(Scheduler, AGroupCountsItsPromptOnceAndEachTail) {
     EXPECT_THAT(f.scheduler->check_admissible(10, 64, 8),
                 HasSubstr("need 114 KV blocks of 4 tokens"));
     EXPECT_EQ(f.scheduler->check_admissible(10, 64, 4), "");
+    // A sequence of n tokens computes K/V for n - 1 (its last is sampled,
+    // never fed): 3 candidates of 33 tokens after a 16-token prompt hold
+    // 4 + 3 × (8 − 4) = 16 blocks, the whole pool of Fixture(16); of 37
+    // tokens, 4 + 3 × 5 = 19.
+    Fixture small(16, 8, 64);
+    EXPECT_EQ(small.scheduler->check_admissible(16, 33, 3), "");
+    EXPECT_THAT(small.scheduler->check_admissible(16, 37, 3), HasSubstr("need 19 KV blocks"));
 }
 
 }  // namespace

@@ -100,11 +100,11 @@ std::string generate(Engine& engine, const RunOptions& o, std::vector<int32_t> p
     GenerateRequest req;
     req.prompt = std::move(prompt);
     req.params = params;
-    req.n = o.n_choices;
-    req.best_of = o.best_of;
-    req.beam_search = o.beam_width > 0;
-    req.beam_width = o.beam_width;
-    req.length_penalty = o.length_penalty;
+    req.choices.n = o.n_choices;
+    req.choices.best_of = o.best_of;
+    req.choices.beam_search = o.beam_width > 0;
+    req.choices.beam_width = o.beam_width;
+    req.choices.length_penalty = o.length_penalty;
     const bool several = o.n_choices > 1;
     const auto start = Clock::now();
     // A long prompt takes seconds before the first token: show how far it is.

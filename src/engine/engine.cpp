@@ -74,25 +74,27 @@ std::shared_ptr<Request> Engine::submit(GenerateRequest request, std::string* er
         return nullptr;
     };
     const SamplingParams& p = request.params;
-    if (!request.beam_search)
+    if (!request.choices.beam_search)
         if (auto why = p.validate(); !why.empty()) return refuse(why);
     if (p.max_tokens == 0) return refuse("max_tokens must be at least 1");
-    if (request.n == 0) return refuse("n must be at least 1");
-    uint32_t n_candidates = request.n;
-    if (request.beam_search) {
-        const uint32_t width = request.beam_width ? request.beam_width : request.n;
-        if (width < request.n)
-            return refuse(fmt::format("beam_width ({}) must be at least n ({})", width, request.n));
+    if (request.choices.n == 0) return refuse("n must be at least 1");
+    uint32_t n_candidates = request.choices.n;
+    if (request.choices.beam_search) {
+        const uint32_t width =
+            request.choices.beam_width ? request.choices.beam_width : request.choices.n;
+        if (width < request.choices.n)
+            return refuse(
+                fmt::format("beam_width ({}) must be at least n ({})", width, request.choices.n));
         if (!p.stop.empty()) return refuse("stop strings are not supported with beam search");
         if (p.logprobs || p.n_logprobs) return refuse("logprobs are not returned with beam search");
-        if (!(request.length_penalty >= -10.0f && request.length_penalty <= 10.0f))
+        if (!(request.choices.length_penalty >= -10.0f && request.choices.length_penalty <= 10.0f))
             return refuse("length_penalty must be between -10 and 10");
         n_candidates = width;
-    } else if (request.best_of) {
-        if (request.best_of < request.n)
-            return refuse(
-                fmt::format("best_of ({}) must be at least n ({})", request.best_of, request.n));
-        n_candidates = request.best_of;
+    } else if (request.choices.best_of) {
+        if (request.choices.best_of < request.choices.n)
+            return refuse(fmt::format("best_of ({}) must be at least n ({})",
+                                      request.choices.best_of, request.choices.n));
+        n_candidates = request.choices.best_of;
     }
     const auto n_prompt = static_cast<uint32_t>(request.prompt.size());
     const auto max_total = static_cast<uint32_t>(
@@ -109,13 +111,13 @@ std::shared_ptr<Request> Engine::submit(GenerateRequest request, std::string* er
     auto r = std::make_shared<Request>();
     r->id_ = next_id_.fetch_add(1);
     r->n_prompt_ = n_prompt;
-    r->n_choices_ = request.n;
+    r->n_choices_ = request.choices.n;
     r->params_ = std::move(request.params);
     r->render_special_ = request.render_special;
-    r->beam_ = request.beam_search;
-    r->hold_ = !r->beam_ && n_candidates > request.n;
-    r->length_penalty_ = request.length_penalty;
-    r->early_stopping_ = request.early_stopping;
+    r->beam_ = request.choices.beam_search;
+    r->hold_ = !r->beam_ && n_candidates > request.choices.n;
+    r->length_penalty_ = request.choices.length_penalty;
+    r->early_stopping_ = request.choices.early_stopping;
     r->cands_.resize(n_candidates);
     for (uint32_t i = 0; i < n_candidates; ++i) {
         Request::Candidate& c = r->cands_[i];

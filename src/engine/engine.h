@@ -28,18 +28,7 @@ struct GenerateRequest {
     std::vector<int32_t> prompt;
     SamplingParams params;
     bool render_special = false;  // control tokens in the output render their text
-    // Several answers for one prompt, computed once and shared (KvCache::fork):
-    uint32_t n = 1;        // choices returned
-    uint32_t best_of = 0;  // samples drawn (0: n); the n of highest cumulative logprob return
-    // Beam search instead of sampling: the n best of beam_width beams by
-    // cumulative logprob / output_length^length_penalty. Deterministic; the
-    // sampling parameters but max_tokens, stop_token_ids and ignore_eos are
-    // not used. early_stopping ends it as soon as beam_width beams finished;
-    // otherwise when no live beam can beat the finished ones.
-    bool beam_search = false;
-    uint32_t beam_width = 0;  // 0: n
-    float length_penalty = 1.0f;
-    bool early_stopping = false;
+    ChoiceParams choices;         // n, best_of or beam search
 };
 
 // One streamed step of a request's output: of choice `index`. Each choice

@@ -39,6 +39,21 @@ struct SamplingParams {
     std::string validate() const;
 };
 
+// Several answers for one prompt, computed once and shared (KvCache::fork).
+// Beam search: the n best of beam_width beams by cumulative logprob /
+// output_length^length_penalty; deterministic; of the sampling parameters
+// only max_tokens, stop_token_ids and ignore_eos apply. early_stopping ends
+// it as soon as beam_width beams finished, else when no live beam can beat
+// the finished ones.
+struct ChoiceParams {
+    uint32_t n = 1;        // choices returned
+    uint32_t best_of = 0;  // samples drawn (0: n); the n of highest cumulative logprob return
+    bool beam_search = false;
+    uint32_t beam_width = 0;  // 0: n
+    float length_penalty = 1.0f;
+    bool early_stopping = false;
+};
+
 struct TokenLogprob {
     int32_t token = 0;
     float logprob = 0;

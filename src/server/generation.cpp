@@ -272,12 +272,7 @@ void handle(Endpoint endpoint, const std::string& body, const GenerationContext&
     GenerateRequest request;
     request.prompt = std::move(prompt.tokens);
     request.params = spec.sampling;
-    request.n = spec.n;
-    request.best_of = spec.best_of;
-    request.beam_search = spec.beam_search;
-    request.beam_width = spec.beam_width;
-    request.length_penalty = spec.length_penalty;
-    request.early_stopping = spec.early_stopping;
+    request.choices = spec.choices;
     std::string why;
     auto submitted = ctx.model.engine->submit(std::move(request), &why);
     if (!submitted) {

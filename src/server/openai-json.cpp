@@ -262,22 +262,23 @@ Error read_sampling(const json& body, GenerationSpec& spec) {
         return e;
     if (seed) p.seed = static_cast<uint64_t>(*seed);
     if (auto e = read_int(body, "n", 1, kMaxChoices, n)) return e;
-    if (n) spec.n = static_cast<uint32_t>(*n);
+    if (n) spec.choices.n = static_cast<uint32_t>(*n);
     std::optional<int64_t> best_of, beam_width;
     if (auto e = read_int(body, "best_of", 1, kMaxChoices, best_of)) return e;
-    if (best_of) spec.best_of = static_cast<uint32_t>(*best_of);
-    if (auto e = read_bool(body, "use_beam_search", spec.beam_search)) return e;
+    if (best_of) spec.choices.best_of = static_cast<uint32_t>(*best_of);
+    if (auto e = read_bool(body, "use_beam_search", spec.choices.beam_search)) return e;
     if (auto e = read_int(body, "beam_width", 1, kMaxChoices, beam_width)) return e;
-    if (beam_width) spec.beam_width = static_cast<uint32_t>(*beam_width);
-    if (auto e = read_float(body, "length_penalty", spec.length_penalty)) return e;
-    if (auto e = read_bool(body, "early_stopping", spec.early_stopping)) return e;
-    if (spec.best_of && spec.best_of < spec.n)
-        return bad_request(
-            "best_of", fmt::format("best_of ({}) must be at least n ({})", spec.best_of, spec.n));
-    if (spec.beam_search && !spec.beam_width) spec.beam_width = std::max(spec.best_of, spec.n);
-    if (spec.beam_search && spec.beam_width < spec.n)
+    if (beam_width) spec.choices.beam_width = static_cast<uint32_t>(*beam_width);
+    if (auto e = read_float(body, "length_penalty", spec.choices.length_penalty)) return e;
+    if (auto e = read_bool(body, "early_stopping", spec.choices.early_stopping)) return e;
+    if (spec.choices.best_of && spec.choices.best_of < spec.choices.n)
+        return bad_request("best_of", fmt::format("best_of ({}) must be at least n ({})",
+                                                  spec.choices.best_of, spec.choices.n));
+    if (spec.choices.beam_search && !spec.choices.beam_width)
+        spec.choices.beam_width = std::max(spec.choices.best_of, spec.choices.n);
+    if (spec.choices.beam_search && spec.choices.beam_width < spec.choices.n)
         return bad_request("beam_width", fmt::format("beam_width ({}) must be at least n ({})",
-                                                     spec.beam_width, spec.n));
+                                                     spec.choices.beam_width, spec.choices.n));
     constexpr int64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
     if (auto e = read_int(body, "max_tokens", 1, kMaxU32, max_tokens)) return e;
     if (auto e = read_int(body, "max_completion_tokens", 1, kMaxU32, max_completion_tokens))
@@ -304,11 +305,11 @@ Error read_sampling(const json& body, GenerationSpec& spec) {
                                fmt::format("response_format type {}", dump(*type)));
     }
     if (auto e = read_bool(body, "stream", spec.stream)) return e;
-    if (spec.stream && !spec.beam_search && spec.best_of > spec.n)
+    if (spec.stream && !spec.choices.beam_search && spec.choices.best_of > spec.choices.n)
         return bad_request("best_of",
                            fmt::format("best_of ({}) greater than n ({}) cannot be streamed: the "
                                        "best are known only when every sample is finished",
-                                       spec.best_of, spec.n));
+                                       spec.choices.best_of, spec.choices.n));
     if (const json* options = find(body, "stream_options")) {
         if (!options->is_object()) return wrong_type("stream_options", "an object", *options);
         if (const json* usage = find(*options, "include_usage")) {

@@ -63,12 +63,7 @@ struct GenerationSpec {
     bool include_usage = false;  // stream_options.include_usage
     bool logprobs = false;       // per-token logprobs in the response
     uint32_t top_logprobs = 0;   // alternatives per token
-    uint32_t n = 1;              // choices
-    uint32_t best_of = 0;        // samples to choose the n from (0: n)
-    bool beam_search = false;    // use_beam_search
-    uint32_t beam_width = 0;     // 0: best_of, else n
-    float length_penalty = 1.0f;
-    bool early_stopping = false;
+    ChoiceParams choices;        // n, best_of, use_beam_search, beam_width...
 };
 
 // Most choices (n, best_of, beam_width) one request may ask for.

@@ -98,7 +98,7 @@ TEST(SeveralAnswers, EightSamplesHoldThePromptOnceAndEightTails) {
     g.params.max_tokens = 64;
     g.params.ignore_eos = true;
     g.params.seed = 11;
-    g.n = 8;
+    g.choices.n = 8;
     const Output eight = run_to_end(engine, g);
     // By hand, blocks of 16: the prompt's 62 full blocks (992 tokens) once;
     // each sample computes K/V for 1000 + 63 positions (its 64th token is
@@ -113,7 +113,7 @@ TEST(SeveralAnswers, EightSamplesHoldThePromptOnceAndEightTails) {
     EXPECT_EQ(request_kv_blocks(group, 16, 1000, 1063, 8), by_hand);
     EXPECT_EQ(request_kv_blocks(group, 16, 1000, 1063, 1), 67u);
 
-    g.n = 1;
+    g.choices.n = 1;
     const Output one = run_to_end(engine, g);
     EXPECT_EQ(one.request_peak, 67u);
     const double ratio = 8.0 * one.request_peak / eight.peak_blocks;
@@ -134,7 +134,7 @@ TEST(SeveralAnswers, SeededSamplesAreReproducibleAndDiffer) {
     g.params.max_tokens = 24;
     g.params.ignore_eos = true;
     g.params.seed = 42;
-    g.n = 4;
+    g.choices.n = 4;
     const Output a = run_to_end(engine, g);
     const Output b = run_to_end(engine, g);
     EXPECT_EQ(a.texts, b.texts);
@@ -143,7 +143,7 @@ TEST(SeveralAnswers, SeededSamplesAreReproducibleAndDiffer) {
             EXPECT_NE(a.texts[i], a.texts[j]) << "samples " << i << " and " << j;
     // Sample i of a request is what a request of one sample with seed + i draws.
     GenerateRequest single = g;
-    single.n = 1;
+    single.choices.n = 1;
     single.params.seed = 42 + 2;
     EXPECT_EQ(run_to_end(engine, single).texts[0], a.texts[2]);
 }
@@ -256,8 +256,8 @@ TEST(SeveralAnswers, BeamSearchAgreesWithAReferenceOverTeacherForcedLogits) {
         GenerateRequest g;
         g.prompt = prompt;
         g.params.max_tokens = kTokens;
-        g.beam_search = true;
-        g.beam_width = kWidth;
+        g.choices.beam_search = true;
+        g.choices.beam_width = kWidth;
         const Output got = run_to_end(beams, g);
         const auto want_tokens = reference_beam_search(ref, tok, prompt, kWidth, kTokens);
         StreamDecoder d(tok);
@@ -291,10 +291,10 @@ TEST(SeveralAnswers, MixedGroupsUnderPressureAllCompleteWhole) {
         g.params.ignore_eos = true;
         g.params.seed = static_cast<uint64_t>(i);
         const int kind = i % 3;
-        g.n = kind == 1 ? 4 : 1;
+        g.choices.n = kind == 1 ? 4 : 1;
         if (kind == 2) {
-            g.beam_search = true;
-            g.beam_width = 4;
+            g.choices.beam_search = true;
+            g.choices.beam_width = 4;
         }
         asked += (kind == 0 ? 1 : 4) * ((g.prompt.size() + g.params.max_tokens + 15) / 16);
         asked_for.push_back(g);

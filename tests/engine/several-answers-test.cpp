@@ -14,7 +14,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "cli/load-model.h"
@@ -237,21 +239,17 @@ TEST(SeveralAnswers, BeamSearchAgreesWithAReferenceOverTeacherForcedLogits) {
     EngineMetrics m1, m2;
     Engine beams(*beams_runner, tok, m1);
     Engine ref(*ref_runner, tok, m2);
-    const char* prompts[] = {
-        "The capital of France is",
-        "Once upon a time, there was a little robot who",
-        "def is_prime(n):\n",
-        "The three primary colors are",
-        "Water boils at a temperature of",
-        "In 1969, the first humans to walk on the Moon were",
-        "To make a cup of tea, first",
-        "The most important thing about memory in computers is",
-        "Q: What is the largest planet in the solar system?\nA:",
-        "<|im_start|>user\nName a fruit.<|im_end|>\n<|im_start|>assistant\n",
-    };
+    // The greedy tests' prompts (those that fit this context), and a chat turn.
+    std::vector<std::string> prompts;
+    std::ifstream golden(std::string(HEADROOM_TEST_DATA_DIR) + "/greedy/smollm2-135m.json");
+    const nlohmann::json cases = nlohmann::json::parse(golden)["cases"];
+    for (const auto& c : cases)
+        if (c["prompt_tokens"].size() < 200) prompts.push_back(c["prompt"].get<std::string>());
+    prompts.push_back("<|im_start|>user\nName a fruit.<|im_end|>\n<|im_start|>assistant\n");
+    ASSERT_EQ(prompts.size(), 10u);
     constexpr uint32_t kWidth = 4, kTokens = 12;
     int agree = 0;
-    for (const char* p : prompts) {
+    for (const std::string& p : prompts) {
         const auto prompt = tok.encode(p, true, true);
         GenerateRequest g;
         g.prompt = prompt;
@@ -266,7 +264,7 @@ TEST(SeveralAnswers, BeamSearchAgreesWithAReferenceOverTeacherForcedLogits) {
         want += d.flush();
         const bool same = got.texts.size() == 1 && got.texts[0] == want;
         agree += same;
-        std::printf("%s %-52.52s | %s\n", same ? "same" : "DIFF", p, got.texts[0].c_str());
+        std::printf("%s %-52.52s | %s\n", same ? "same" : "DIFF", p.c_str(), got.texts[0].c_str());
         if (!same) std::printf("     reference: %s\n", want.c_str());
     }
     std::printf("beam search agrees with the reference on %d of 10 prompts\n", agree);

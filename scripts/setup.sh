@@ -26,6 +26,8 @@ apt_packages=(build-essential cmake pkg-config clang clang-format libclang-rt-14
   libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libfmt-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev python3 python3-venv python3-pip curl
   libvulkan-dev glslc mesa-vulkan-drivers vulkan-tools)
+# The tests drive the live page of `serve` in a real headless browser.
+[ "$mode" = test ] && apt_packages+=(chromium chromium-driver)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -4,12 +4,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/load-model.h"
 #include "cli/plan-model.h"
+#include "cli/plan-svg.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "memory/planner.h"
@@ -47,6 +51,7 @@ struct PlanOptions {
     bool fit = false;
     bool compare_quant = false;
     bool json = false;
+    std::string svg;  // write the plan as an SVG picture here
     bool list_models = false;
     bool list_devices = false;
     // One request of several answers: --n samples (or --best-of), or beams.
@@ -538,6 +543,84 @@ void print_human(const PlanModel& m, const Device& d, const Plan& p, const Capac
     if (o.width() > 1 || o.prompt_tokens) print_request_kv(o, request_kv(o, mp));
 }
 
+SvgBar plan_bar(std::string label, const Plan& p) {
+    SvgBar b;
+    b.label = std::move(label);
+    b.terms = p.mem.device_terms()[0];
+    b.budget = p.mem.budget_bytes;
+    b.fits = p.mem.fits;
+    return b;
+}
+
+SvgPlan svg_plan(const PlanModel& m, const Device& d, const Plan& p, const Capacity& cap,
+                 const std::vector<Suggestion>* sugg, const std::vector<QuantRow>* quant) {
+    const MemoryPlan& mp = p.mem;
+    SvgPlan svg;
+    svg.title = verdict_text(m, d, p, cap);
+    svg.subtitle =
+        fmt::format("total {} of a {} budget ({}), {} to spare; {}",
+                    format_bytes(mp.budgeted_bytes()), format_bytes(mp.budget_bytes),
+                    budget_text(d, p), format_bytes(p.free_bytes()), capacity_text(p, cap));
+    const auto devices = mp.device_terms();
+    for (size_t i = 0; i < devices.size(); ++i) {
+        SvgBar b;
+        b.label = devices.size() == 1 ? d.name : devices[i].device;
+        b.terms = devices[i];
+        b.fits = mp.fits;
+        if (i == 0) {
+            b.budget = mp.budget_bytes;
+            b.note = fmt::format("{} of a {} budget", format_bytes(devices[i].total_bytes()),
+                                 format_bytes(mp.budget_bytes));
+        } else {
+            b.note = fmt::format("{} of host memory", format_bytes(devices[i].total_bytes()));
+        }
+        svg.devices.push_back(std::move(b));
+    }
+    auto terms_note = [](const DeviceTerms& t, uint64_t budget) {
+        return fmt::format("weights {} + KV {} = {} of {}", format_bytes(t.weights_bytes),
+                           format_bytes(t.kv_cache_bytes), format_bytes(t.total_bytes()),
+                           format_bytes(budget));
+    };
+    if (sugg && !sugg->empty()) {
+        SvgSection s;
+        s.title = "configurations that fit, best first (--fit)";
+        for (size_t i = 0; i < sugg->size(); ++i) {
+            const Suggestion& c = (*sugg)[i];
+            std::string what;
+            for (const auto& ch : c.changes) what += (what.empty() ? "" : "; ") + ch;
+            SvgBar b =
+                plan_bar(fmt::format("{}. {}", i + 1, what.empty() ? "as given" : what), c.plan);
+            b.note = terms_note(b.terms, b.budget);
+            s.bars.push_back(std::move(b));
+        }
+        svg.sections.push_back(std::move(s));
+    }
+    if (quant && !quant->empty()) {
+        SvgSection s;
+        s.title = fmt::format("by weight type, every sequence at {} tokens (--compare-quant)",
+                              mp.config.max_model_len);
+        for (const QuantRow& r : *quant) {
+            SvgBar b = plan_bar(fmt::format("{} ({})", r.label, r.bits), r.plan);
+            // The KV cache every sequence needs at full length, not what is left for it.
+            b.terms.kv_cache_bytes = r.kv_needed_bytes;
+            b.fits = r.plan.mem.fits && r.total_needed_bytes <= r.plan.mem.budget_bytes;
+            b.note = terms_note(b.terms, b.budget) + (b.fits ? "" : ": does not fit");
+            s.bars.push_back(std::move(b));
+        }
+        svg.sections.push_back(std::move(s));
+    }
+    return svg;
+}
+
+void write_svg(const std::string& path, const SvgPlan& svg) {
+    const std::string text = plan_svg(svg);
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f) fail("--svg {}: cannot write: {}", path, std::strerror(errno));
+    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    if (std::fclose(f) != 0 || !ok)
+        fail("--svg {}: writing failed: {}", path, std::strerror(errno));
+}
+
 }  // namespace
 
 void add_plan_command(CLI::App& app) {
@@ -598,6 +681,11 @@ void add_plan_command(CLI::App& app) {
     cmd->add_flag("--compare-quant", o->compare_quant,
                   "Compare weight types at this configuration");
     cmd->add_flag("--json", o->json, "Print JSON for tools");
+    cmd->add_option(
+           "--svg", o->svg,
+           "Also write the plan as a picture (SVG) to FILE: the budget bar with its four "
+           "terms per device, and with --fit / --compare-quant the candidates side by side")
+        ->option_text("FILE");
     cmd->add_flag("--list-models", o->list_models, "List the built-in models");
     cmd->add_flag("--list-devices", o->list_devices, "List the GPU table");
     cmd->add_option("--n", o->n_choices,
@@ -699,6 +787,11 @@ void add_plan_command(CLI::App& app) {
         if (!plan.fits_all()) sugg = fit_search(model, device, s, pins, o->fit || o->json ? 8 : 1);
         std::vector<QuantRow> quant;
         if (o->compare_quant) quant = compare_quant(model, device, s);
+        if (!o->svg.empty()) {
+            write_svg(o->svg, svg_plan(model, device, plan, cap, o->fit ? &sugg : nullptr,
+                                       o->compare_quant ? &quant : nullptr));
+            if (!o->json) fmt::print(stderr, "plan: wrote {}\n", o->svg);
+        }
         if (o->json) {
             json j = plan_json(model, device, plan, cap, sugg, o->compare_quant ? &quant : nullptr,
                                auto_layers);

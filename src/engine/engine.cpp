@@ -59,6 +59,11 @@ Engine::Engine(Runner& runner, const Tokenizer& tokenizer, EngineMetrics& metric
     finished_this_step_.reserve(c.max_num_seqs);
     beam_requests_.reserve(c.max_num_seqs);
     row_copy_.reserve(runner.model().hparams().n_vocab);
+    snapshots_.set_waker([this] {
+        // Under the inbox lock, so the loop cannot miss it between its check and its wait.
+        std::lock_guard lk(inbox_mu_);
+        inbox_cv_.notify_one();
+    });
     block_scratch_.reserve(size_t{c.max_num_seqs} * (c.max_model_len / c.block_size + 2));
     metrics_.kv_blocks_total = runner.cache().n_blocks_total();
 }
@@ -220,8 +225,10 @@ bool Engine::step() {
     const SchedulerOutput& out = scheduler_.schedule();
     metrics_.n_preemptions.fetch_add(scheduler_.n_preemptions() - preempted_before,
                                      std::memory_order_relaxed);
+    snapshot_dirty_ = true;
     if (out.empty()) {
         update_gauges();
+        maybe_snapshot(false);
         return false;
     }
     run_step(out);
@@ -230,6 +237,7 @@ bool Engine::step() {
     store_traffic(be.last_step(), metrics_.last_step);
     store_traffic(be.totals(), metrics_.step_totals);
     update_gauges();
+    maybe_snapshot(false);
     return true;
 }
 
@@ -433,6 +441,7 @@ void Engine::beam_step(Request& r) {
     if (!r.first_token_seen_) {
         metrics_.ttft_s.observe(std::chrono::duration<double>(now - r.t_arrival_).count());
         r.first_token_seen_ = true;
+        r.t_first_token_ = now;
     }
     metrics_.generation_tokens.fetch_add(chosen.size(), std::memory_order_relaxed);
 
@@ -487,6 +496,7 @@ void Engine::emit_token(Request& r, Request::Candidate& c, const SampleResult& s
     if (!r.first_token_seen_) {
         metrics_.ttft_s.observe(std::chrono::duration<double>(now - r.t_arrival_).count());
         r.first_token_seen_ = true;
+        r.t_first_token_ = now;
     } else if (c.seq.index == 0) {
         metrics_.itl_s.observe(std::chrono::duration<double>(now - r.t_last_token_).count());
     }
@@ -686,15 +696,26 @@ void Engine::update_gauges() {
 
 void Engine::loop() {
     for (;;) {
+        bool work = false;
         {
             std::unique_lock lk(inbox_mu_);
-            inbox_cv_.wait(lk, [&] {
+            auto has_work = [&] {
                 return stopping_ || abort_all_ || !inbox_.empty() || !cancels_.empty() ||
                        n_active_.load() > 0;
-            });
+            };
+            if (!has_work() && snapshot_dirty_) {
+                // Going idle: show the state the last step left.
+                lk.unlock();
+                maybe_snapshot(true);
+                lk.lock();
+                if (snapshot_dirty_) snapshot_dirty_ = false;  // nobody was reading
+            }
+            inbox_cv_.wait(lk, [&] { return has_work() || snapshots_.nudged(); });
             if (stopping_ && inbox_.empty() && n_active_.load() == 0) break;
+            work = has_work();
         }
-        step();
+        if (snapshots_.take_nudge()) maybe_snapshot(true);
+        if (work) step();
     }
 }
 

@@ -20,6 +20,7 @@
 #include "engine/sampling.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/snapshot.h"
 #include "tokenizer/tokenizer.h"
 
 namespace headroom {
@@ -122,7 +123,7 @@ class Request {
     bool early_stopping_ = false;
     std::vector<Hypothesis> hyps_;
     size_t max_stop_bytes_ = 0;
-    std::chrono::steady_clock::time_point t_arrival_, t_last_token_;
+    std::chrono::steady_clock::time_point t_arrival_, t_last_token_, t_first_token_;
     bool first_token_seen_ = false;
 };
 
@@ -157,6 +158,8 @@ class Engine {
     const Tokenizer& tokenizer() const { return tokenizer_; }
     EngineMetrics& metrics() { return metrics_; }
     uint32_t max_model_len() const { return scheduler_.config().max_model_len; }
+    // Block map and requests for readers on other threads (engine/snapshot.h).
+    SnapshotBoard& snapshots() { return snapshots_; }
 
   private:
     void drain_inbox();
@@ -183,6 +186,10 @@ class Engine {
     void count_sharing(Request& r);
     void update_gauges();
     void loop();
+    // Publishes a snapshot if one is wanted and the last is kSnapshotInterval
+    // old (or `force`); else marks the state as not yet shown.
+    void maybe_snapshot(bool force);
+    std::shared_ptr<const EngineSnapshot> build_snapshot(std::chrono::steady_clock::time_point now);
 
     Runner& runner_;
     const Tokenizer& tokenizer_;
@@ -206,6 +213,11 @@ class Engine {
     bool abort_all_ = false;  // guarded by inbox_mu_
     bool accepting_ = true;   // guarded by inbox_mu_
     std::thread thread_;
+
+    SnapshotBoard snapshots_;
+    std::chrono::steady_clock::time_point snapshot_taken_{};
+    uint64_t snapshot_version_ = 0;
+    bool snapshot_dirty_ = false;  // the state changed since the last snapshot
 };
 
 }  // namespace headroom

@@ -182,7 +182,8 @@ class Generation {
 
     Usage usage() const {
         return {request_->n_prompt_tokens(), request_->n_output_tokens(),
-                request_->n_cached_tokens()};
+                request_->n_cached_tokens(), request_->n_kv_blocks_peak(),
+                request_->n_kv_blocks_shared_peak()};
     }
 
     bool client_gone() {

@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "memory/report.h"
 #include "server/generation.h"
+#include "server/live-page.h"
+#include "server/page-assets.h"
 #include "server/router-api.h"
 
 namespace headroom::server {
@@ -78,6 +80,7 @@ struct HttpServer::Impl {
     std::atomic<bool> listening_stopped{false};
     HttpCounters counters;
     std::unique_ptr<GenerationContext> ready_generation;  // set before `model`
+    std::unique_ptr<MetricsHistory> history;              // set before `model`
 
     const ServedModel* ready() const { return model.load(std::memory_order_acquire); }
 
@@ -89,7 +92,12 @@ struct HttpServer::Impl {
     bool read_body(const httplib::Request& req, httplib::Response& res,
                    const httplib::ContentReader& reader, std::string& body);
     json memory_json(const ServedModel& m) const;
+    void get_blocks(const httplib::Request& req, httplib::Response& res);
 };
+
+bool is_page_route(const std::string& path) {
+    return path == "/" || path == "/page.css" || path == "/page.js";
+}
 
 httplib::Server::HandlerResponse HttpServer::Impl::pre_route(const httplib::Request& req,
                                                              httplib::Response& res) {
@@ -138,7 +146,7 @@ httplib::Server::HandlerResponse HttpServer::Impl::pre_route(const httplib::Requ
             return R::Handled;
         }
     }
-    if (!ready() && req.path != "/health") {
+    if (!ready() && req.path != "/health" && !is_page_route(req.path)) {
         if (has_body) close_after_response(req);
         res.set_header("Retry-After", "5");
         set_error(res, status_error(503, "the model is loading", "model_loading", "server_error"));
@@ -227,6 +235,36 @@ json HttpServer::Impl::memory_json(const ServedModel& m) const {
     return j;
 }
 
+void HttpServer::Impl::get_blocks(const httplib::Request& req, httplib::Response& res) {
+    const ServedModel& m = *ready();
+    uint64_t detail = 0;
+    if (req.has_param("detail")) {
+        const std::string v = req.get_param_value("detail");
+        char* end = nullptr;
+        errno = 0;
+        detail = std::strtoull(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || v[0] == '-' || errno == ERANGE)
+            return set_error(res, bad_request("detail", fmt::format("invalid request id '{}'", v)));
+    }
+    SnapshotBoard& board = m.engine->snapshots();
+    board.want(detail);
+    // The engine publishes within a step (or at once when idle): wait a
+    // little for a first snapshot, or for one with the detail asked for.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    auto snap = board.latest();
+    while ((!snap || snap->detail_id != detail) && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        snap = board.latest();
+    }
+    if (!snap) {
+        res.set_header("Retry-After", "1");
+        return set_error(res, status_error(503, "the engine has not published a block map yet",
+                                           "not_ready", "server_error"));
+    }
+    res.set_content(dump(blocks_json(*snap, *m.tokenizer, std::chrono::steady_clock::now())),
+                    "application/json");
+}
+
 void HttpServer::Impl::routes() {
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
         return pre_route(req, res);
@@ -262,6 +300,24 @@ void HttpServer::Impl::routes() {
              });
     http.Get("/v1/memory", [this](const httplib::Request&, httplib::Response& res) {
         res.set_content(dump(memory_json(*ready())), "application/json");
+    });
+    // The live page: its files carry no data (the key guards /v1/ alone),
+    // so it opens while the model loads and before the key is typed.
+    auto page = [](const char* file, const char* type) {
+        return [file, type](const httplib::Request&, httplib::Response& res) {
+            const PageAsset* a = find_page_asset(file);
+            if (!a) return set_error(res, status_error(404, "no such page", "not_found"));
+            res.set_header("Cache-Control", "no-cache");
+            res.set_content(a->bytes.data(), a->bytes.size(), type);
+        };
+    };
+    http.Get("/", page("index.html", "text/html; charset=utf-8"));
+    http.Get("/page.css", page("page.css", "text/css; charset=utf-8"));
+    http.Get("/page.js", page("page.js", "text/javascript; charset=utf-8"));
+    http.Get("/v1/memory/blocks",
+             [this](const httplib::Request& req, httplib::Response& res) { get_blocks(req, res); });
+    http.Get("/v1/memory/history", [this](const httplib::Request&, httplib::Response& res) {
+        res.set_content(dump(history->to_json()), "application/json");
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
         const ServedModel& m = *ready();
@@ -342,7 +398,11 @@ void HttpServer::Impl::routes() {
             static_cast<size_t>(res.status) < counters.n_responses_by_status.size())
             counters.n_responses_by_status[static_cast<size_t>(res.status)].fetch_add(
                 1, std::memory_order_relaxed);
-        if (config.log_requests)
+        // An open live page polls several times a second: its successful
+        // reads would drown the log.
+        const bool page_poll = res.status == 200 && req.method == "GET" &&
+                               (is_page_route(req.path) || req.path.rfind("/v1/memory", 0) == 0);
+        if (config.log_requests && !page_poll)
             fmt::print(stderr, "{} {} {} {}\n", req.remote_addr, req.method, req.path, res.status);
     });
 }
@@ -386,6 +446,7 @@ int HttpServer::port() const {
 }
 
 void HttpServer::set_ready(const ServedModel* model) {
+    impl_->history = std::make_unique<MetricsHistory>(*model->metrics);
     impl_->ready_generation = std::make_unique<GenerationContext>(GenerationContext{
         *model, impl_->config, impl_->n_in_flight, impl_->counters, impl_->draining});
     impl_->model.store(model, std::memory_order_release);

@@ -427,7 +427,9 @@ json usage_json(const Usage& u) {
     return {{"prompt_tokens", u.n_prompt_tokens},
             {"completion_tokens", u.n_completion_tokens},
             {"total_tokens", u.n_prompt_tokens + u.n_completion_tokens},
-            {"prompt_tokens_details", {{"cached_tokens", u.n_cached_tokens}}}};
+            {"prompt_tokens_details", {{"cached_tokens", u.n_cached_tokens}}},
+            {"kv_blocks", u.n_kv_blocks},
+            {"kv_blocks_shared", u.n_kv_blocks_shared}};
 }
 
 json truncation_json(const Truncation& t) {

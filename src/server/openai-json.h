@@ -93,6 +93,10 @@ struct Usage {
     uint32_t n_prompt_tokens = 0;
     uint32_t n_completion_tokens = 0;
     uint32_t n_cached_tokens = 0;
+    // headroom's own: KV blocks the request held at its peak, and the table
+    // entries its samples or beams shared instead of copying.
+    uint32_t n_kv_blocks = 0;
+    uint32_t n_kv_blocks_shared = 0;
 };
 
 // How the prompt was shortened to fit (--truncate-history or truncate_prompt_tokens).

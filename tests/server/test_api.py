@@ -7,6 +7,10 @@ against an expectation the test derives itself:
   - content parts and the developer role render as their plain equivalents;
   - completions logprobs (legacy format) cover every generated token;
   - /v1/memory has the shape and the plan of `run --memory-report-json`;
+  - /v1/memory/blocks: a request of P prompt and N generated tokens holds
+    ceil((P + N - 1) / 16) blocks (usage.kv_blocks) and leaves
+    floor((P + N - 1) / 16) full blocks cached; the same prompt again finds
+    its whole blocks; /v1/memory/history counts the generated tokens;
   - long chats: 400 naming the numbers by default; with --truncate-history or
     truncate_prompt_tokens the fewest oldest turns are dropped so that the
     rest fits, and the response says how many tokens and messages went. The
@@ -16,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serverlib import Server, fail_if, headroom_bin, sse_events, synth_tiny, scratch_dir  # noqa: E402
@@ -122,6 +127,54 @@ with Server(COMMON + ["--max-model-len", "4096"]) as big:
             f"/v1/memory shape differs from run's report:\n{shape(memory)}\n{shape(expected)}")
     fail_if(memory["config"] != expected["config"] or memory["predicted"] != expected["predicted"],
             f"same flags, different plan: {memory['config']} {expected['config']}")
+
+    # ---- /v1/memory/blocks and /history: the block map against a hand count ------
+    def blocks(server):
+        status, b = server.request("GET", "/v1/memory/blocks")
+        fail_if(status != 200, f"/v1/memory/blocks: {status} {b}")
+        return b
+
+    with Server(COMMON + ["--max-model-len", "1024", "--block-size", "16"]) as bm:
+        b = blocks(bm)
+        n_blocks = b["pools"][0]["n_blocks"]
+        fail_if(b["pools"][0]["state"] != "f" * n_blocks or b["requests"] or b["blocks_used"],
+                f"a fresh server's blocks: {b['pools'][0]['counts']}")
+        P, N = 40, 25
+        prompt = list(range(10, 10 + P))
+        status, r = bm.request("POST", "/v1/completions", {"prompt": prompt, "max_tokens": N,
+                                                           "ignore_eos": True, "temperature": 0})
+        fail_if(status != 200, f"completion: {status} {r}")
+        held, full = -(-(P + N - 1) // 16), (P + N - 1) // 16
+        fail_if(r["usage"]["kv_blocks"] != held or r["usage"]["kv_blocks_shared"] != 0,
+                f"usage {r['usage']}: expected {held} blocks held, none shared")
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            b = blocks(bm)
+            if not b["requests"]:
+                break
+            time.sleep(0.05)
+        counts = b["pools"][0]["counts"]
+        fail_if(counts != {"free": n_blocks - full, "cached": full, "owned": 0, "shared": 0},
+                f"after one request of {P} + {N} tokens: {counts}, expected {full} cached")
+        fail_if(b["pools"][0]["owner"] != [0] * n_blocks, "finished blocks keep an owner")
+        status, memory = bm.request("GET", "/v1/memory")
+        fail_if(memory["kv_groups"][0]["blocks_cached"] != full,
+                f"/v1/memory cached {memory['kv_groups'][0]['blocks_cached']}, the map {full}")
+        status, r = bm.request("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 1})
+        cached = r["usage"]["prompt_tokens_details"]["cached_tokens"]
+        fail_if(cached != (P - 1) // 16 * 16, f"the same prompt again found {cached} tokens")
+        for bad in ["abc", "-1", "", "99999999999999999999999"]:
+            status, e = bm.request("GET", f"/v1/memory/blocks?detail={bad}")
+            fail_if(status != 400 or "detail" not in json.dumps(e),
+                    f"?detail={bad}: {status} {e}")
+        time.sleep(1.2)  # one more history sample
+        status, h = bm.request("GET", "/v1/memory/history")
+        samples = h["samples"]
+        fail_if(status != 200 or len(samples) < 2 or
+                samples[-1]["generation_tokens"] != N + 1 or
+                samples[-1]["kv_blocks_total"] != n_blocks or
+                [s["t_s"] for s in samples] != sorted(s["t_s"] for s in samples),
+                f"/v1/memory/history: {status} {samples[-3:]}")
 
     # ---- Prompt lengths after dropping 0..n_turns-1 turns, measured in full -------
     lengths = [prompt_tokens(conversation(k)) for k in range(n_turns)]

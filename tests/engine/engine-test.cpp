@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "format/gguf-reader.h"
 #include "format/gguf-writer.h"
@@ -330,6 +331,87 @@ TEST(Engine, CancelFreesBlocksWithinOneStep) {
     FinishReason last = FinishReason::None;
     while (h->next(ev, std::chrono::milliseconds(0))) last = ev.finish;
     EXPECT_EQ(last, FinishReason::Abort);
+}
+
+TEST(Engine, SnapshotShowsEveryBlockWithItsOwnerOnlyWhileWanted) {
+    HR_REQUIRE_BACKEND();
+    EngineSetup s(4, 256, 64ull * 16 * kTinyKvPerToken);  // 64 blocks
+    auto reqs = random_requests(2, 11, 40, 1);
+    for (auto& r : reqs) r.params.max_tokens = 60;
+    std::string error;
+    auto a = s.engine->submit(reqs[0], &error);
+    auto b = s.engine->submit(reqs[1], &error);
+    ASSERT_TRUE(a && b) << error;
+    for (int i = 0; i < 4; ++i) s.engine->step();
+    // Nobody asked: nothing was built.
+    EXPECT_EQ(s.engine->snapshots().latest(), nullptr);
+
+    s.engine->snapshots().want(a->id());
+    s.engine->step();  // the first snapshot is built at once
+    auto snap = s.engine->snapshots().latest();
+    ASSERT_NE(snap, nullptr);
+    const KvBlockPool& pool = s.runner->cache().pool(0);
+    ASSERT_EQ(snap->pools.size(), 1u);
+    const auto& p = snap->pools[0];
+    ASSERT_EQ(p.state.size(), pool.n_blocks());
+    uint32_t held = 0;
+    for (uint32_t i = 0; i < pool.n_blocks(); ++i) {
+        const int32_t refs = pool.ref_count(static_cast<int32_t>(i));
+        held += p.state[i] == BlockState::Owned || p.state[i] == BlockState::Shared;
+        EXPECT_EQ(p.state[i] == BlockState::Shared, refs > 1) << "block " << i;
+        EXPECT_EQ(p.owner[i] != 0, refs > 0) << "block " << i;
+    }
+    EXPECT_EQ(held, pool.n_used());
+    EXPECT_EQ(p.n_used, pool.n_used());
+    ASSERT_EQ(snap->requests.size(), 2u);
+    EXPECT_EQ(snap->requests[0].id, a->id());  // oldest first
+    for (const auto& r : snap->requests) {
+        ASSERT_EQ(r.seqs.size(), 1u);
+        const auto& seq = r.seqs[0];
+        // A sequence holds ceil(computed / block_size) blocks, each owned by
+        // it or (the oldest holder) by the request before it.
+        EXPECT_EQ(seq.tables[0].size(), (seq.n_computed + 15) / 16) << "request " << r.id;
+        EXPECT_EQ(r.n_blocks, seq.tables[0].size());
+        for (int32_t blk : seq.tables[0]) {
+            const uint64_t owner = p.owner[static_cast<size_t>(blk)];
+            EXPECT_TRUE(owner == r.id || (owner == a->id() && p.state[blk] == BlockState::Shared));
+        }
+        EXPECT_TRUE(r.running);
+    }
+    // The request asked about comes with its tokens: its prompt, then what it generated.
+    EXPECT_EQ(snap->detail_id, a->id());
+    ASSERT_EQ(snap->detail_tokens.size(), snap->requests[0].seqs[0].n_tokens);
+    EXPECT_TRUE(
+        std::equal(reqs[0].prompt.begin(), reqs[0].prompt.end(), snap->detail_tokens.begin()));
+
+    // Within kSnapshotInterval of the last one, steps build nothing new.
+    const uint64_t version = snap->version;
+    s.engine->step();
+    EXPECT_EQ(s.engine->snapshots().latest()->version, version);
+
+    // Once both finish, the last state shows no holder: freed blocks are free or cached.
+    TokenEvent ev;
+    for (int guard = 0; guard < 10000 && (!a->finished() || !b->finished()); ++guard) {
+        s.engine->step();
+        while (a->next(ev, std::chrono::milliseconds(0)) ||
+               b->next(ev, std::chrono::milliseconds(0))) {
+        }
+    }
+    ASSERT_TRUE(a->finished() && b->finished());
+    std::this_thread::sleep_for(kSnapshotInterval + std::chrono::milliseconds(10));
+    s.engine->snapshots().want(0);
+    s.engine->step();
+    snap = s.engine->snapshots().latest();
+    EXPECT_GT(snap->version, version);
+    EXPECT_TRUE(snap->requests.empty());
+    uint32_t cached = 0;
+    for (uint32_t i = 0; i < pool.n_blocks(); ++i) {
+        EXPECT_TRUE(snap->pools[0].state[i] == BlockState::Free ||
+                    snap->pools[0].state[i] == BlockState::Cached);
+        cached += snap->pools[0].state[i] == BlockState::Cached;
+    }
+    EXPECT_EQ(cached, pool.n_cached());
+    EXPECT_GT(cached, 0u);
 }
 
 TEST(Engine, StopStringEndsTheOutputWhereItStarts) {

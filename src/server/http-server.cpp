@@ -247,12 +247,18 @@ void HttpServer::Impl::get_blocks(const httplib::Request& req, httplib::Response
             return set_error(res, bad_request("detail", fmt::format("invalid request id '{}'", v)));
     }
     SnapshotBoard& board = m.engine->snapshots();
+    using Clock = std::chrono::steady_clock;
+    const auto asked = Clock::now();
+    // A snapshot from before anyone wanted one may show a state long gone,
+    // and one may lack the detail asked for: want() nudged the engine, which
+    // publishes within a step (at once when idle); wait a little for it.
+    auto usable = [&](const std::shared_ptr<const EngineSnapshot>& s) {
+        return s && s->detail_id == detail && asked - s->taken <= kWantedFor;
+    };
     board.want(detail);
-    // The engine publishes within a step (or at once when idle): wait a
-    // little for a first snapshot, or for one with the detail asked for.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    const auto deadline = asked + std::chrono::seconds(2);
     auto snap = board.latest();
-    while ((!snap || snap->detail_id != detail) && std::chrono::steady_clock::now() < deadline) {
+    while (!usable(snap) && Clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
         snap = board.latest();
     }
@@ -468,6 +474,9 @@ void HttpServer::stop_accepting() {
 
 void HttpServer::join() {
     if (impl_->thread.joinable()) impl_->thread.join();
+    // No handler reads the history now; its thread reads the model's
+    // metrics, which the caller may destroy once join() returns.
+    impl_->history.reset();
 }
 
 const HttpCounters& HttpServer::counters() const {

@@ -20,7 +20,9 @@ API key:
   - the chat box streams a reply (text seen before the reply ends) and
     reports its tokens, tokens/s and KV blocks;
   - the page fits a phone-width window and follows a dark browser theme;
-  - when the server goes away the page says so.
+  - when the server goes away the page says so;
+  - on a pool too small for the load, the grid flashes when the engine
+    preempts, and so does the preempted request's row.
 
 Screenshots go to build/test-artifacts/live-page (HEADROOM_ARTIFACTS);
 with HEADROOM_UPDATE_SCREENSHOTS=1 they also replace the README's in
@@ -316,4 +318,42 @@ with Server(["-m", model_path("smollm2-135m"), *FLAGS]) as server:
         screenshot(dark, "live-page-server-down.png")
     finally:
         dark.quit()
+
+# Preemptions flash: three requests that cannot all hold their blocks at once.
+with Server(["-m", model_path("smollm2-135m"), "--max-model-len", "512", "--kv-cache-memory",
+             "12MiB", "--max-num-seqs", "4", "--served-model-name", "smollm2", "-q"]) as small:
+    import openai
+    client = openai.OpenAI(base_url=small.base + "/v1", api_key="none", max_retries=0)
+    d = browser(1280, 800)
+    try:
+        d.get(small.base + "/")
+        wait_for("the grid", lambda: d.execute_script(
+            "return window.headroomPage.state.grids.length") == 1)
+        d.execute_script(
+            "window.flashes = {pool: 0, row: 0};"
+            "new MutationObserver((ms) => { for (const m of ms) {"
+            "  if (!m.target.classList.contains('flash')) continue;"
+            "  if (m.target.classList.contains('pool')) window.flashes.pool++;"
+            "  if (m.target.tagName === 'TR') window.flashes.row++; } })"
+            ".observe(document.body, {attributes: true, subtree: true, attributeFilter: ['class']})")
+
+        def run(i):
+            client.completions.create(model="smollm2", prompt=PROMPTS[i], max_tokens=240,
+                                      extra_body={"ignore_eos": True})
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        time.sleep(1.0)
+        flashes = d.execute_script("return window.flashes")
+        samples, _ = small.metrics()
+        n_pre = samples.get("headroom_preemptions_total", 0)
+        print(f"small pool: {n_pre:.0f} preemptions; flashes {flashes}")
+        fail_if(n_pre == 0, "the small pool preempted nothing: the check would prove nothing")
+        fail_if(flashes["pool"] == 0, "the grid did not flash on a preemption")
+        screenshot(d, "live-page-preempted.png")
+    finally:
+        d.quit()
 print("live page: ok")

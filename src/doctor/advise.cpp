@@ -356,10 +356,12 @@ class Advice {
     }
 
     void activations() {
-        if (e_.wording == Wording::TgiPrefill && n_.prefill_tokens) {
+        if ((e_.wording == Wording::TgiPrefill && n_.prefill_tokens) || fw() == Framework::Tgi) {
             add("Smaller prefill batches",
-                fmt::format("--max-batch-prefill-tokens {}", *n_.prefill_tokens / 2),
-                "halves the activation peak of a prefill step");
+                n_.prefill_tokens
+                    ? fmt::format("--max-batch-prefill-tokens {}", *n_.prefill_tokens / 2)
+                    : std::string("--max-batch-prefill-tokens <half of now>"),
+                "halves the activation peak of the warm-up's prefill step");
             add("Give the forward pass more room", "--cuda-memory-fraction 0.9",
                 "leaves memory outside the KV cache for activations");
             return;
@@ -434,6 +436,14 @@ class Advice {
     }
 
     void fragmentation() {
+        if (e_.wording == Wording::GgmlCudaVmmReserve) {
+            add("Build llama.cpp without the virtual-memory pool",
+                "cmake -DGGML_CUDA_NO_VMM=ON ...",
+                "the pool allocates with cudaMalloc as it grows and reserves no address range");
+            add("Update the GPU driver", "",
+                "the reservation limit is the driver's; newer drivers reserve larger ranges");
+            return;
+        }
         const uint64_t cached = f_.reserved_unallocated_bytes.value_or(0);
         if (f_.requested_bytes && cached < *f_.requested_bytes) {
             // The device had the bytes, PyTorch's cache did not: the free
@@ -505,6 +515,28 @@ class Advice {
                         ? fmt::format("{} is held outside vLLM", b(*f_.other_processes_bytes))
                         : std::string("the whole GPU becomes available"));
                 return;
+            case Wording::VllmProfileNoKv:
+                if (f_.deficit_bytes && *f_.deficit_bytes >= 0 && f_.total_bytes &&
+                    *f_.total_bytes) {
+                    // What the missing bytes plus a block's worth (1 GiB) of KV cost in
+                    // utilization.
+                    const double need = static_cast<double>(*f_.deficit_bytes + (1ll << 30)) /
+                                        static_cast<double>(*f_.total_bytes);
+                    const double u =
+                        std::min(0.98, e_.context.utilization.value_or(0.9) + need + 0.005);
+                    add("Raise the budget past what profiling took",
+                        fmt::format("--gpu-memory-utilization {:.2f}", u),
+                        fmt::format("covers the {} missing and leaves about 1 GiB for the KV "
+                                    "cache",
+                                    b(static_cast<uint64_t>(*f_.deficit_bytes))));
+                }
+                add("Smaller activation peak", "--max-num-batched-tokens 2048 --max-num-seqs 64",
+                    n_.activation_peak
+                        ? fmt::format("the profiled peak ({}) scales with the tokens of one step",
+                                      b(*n_.activation_peak))
+                        : std::string("profiling reserves less for activations"));
+                quantize_weights();
+                return;
             case Wording::VllmNoCacheBlocks:
                 gpu_utilization_up(
                     "what is left after weights and activations goes to the KV cache");
@@ -541,6 +573,22 @@ class Advice {
                 f_.deficit_bytes && *f_.deficit_bytes > 0
                     ? fmt::format("{} more is needed", b(static_cast<uint64_t>(*f_.deficit_bytes)))
                     : std::string("more RAM available"));
+            return;
+        }
+        if (e_.wording == Wording::HostMmapFailed) {
+            add("Check the limits on address space and mappings",
+                "ulimit -v; cat /proc/sys/vm/overcommit_memory /proc/sys/vm/max_map_count",
+                "ulimit -v must be unlimited (or above the file's size); overcommit 2 refuses "
+                "large maps; many small maps hit max_map_count");
+            add("Raise what refused it",
+                "ulimit -v unlimited; sysctl vm.overcommit_memory=0 (or docker run "
+                "--memory=<more>)",
+                f_.requested_bytes
+                    ? fmt::format("lets the {} mapping through", b(*f_.requested_bytes))
+                    : std::string("lets the mapping through"));
+            add("Add swap or RAM for a checkpoint near the RAM's size",
+                "fallocate -l 32G /swapfile && mkswap /swapfile && swapon /swapfile",
+                "a private copy of a mapped shard needs backing memory");
             return;
         }
         if (e_.wording == Wording::LinuxOomKiller || e_.wording == Wording::CgroupOomKiller ||
@@ -590,6 +638,15 @@ class Advice {
     }
 
     void not_oom() {
+        if (e_.wording == Wording::TfBfcNotFailure) {
+            add("Nothing to fix for this warning; to let TensorFlow take memory as it needs it",
+                "TF_FORCE_GPU_ALLOW_GROWTH=true (or tf.config.experimental.set_memory_growth(gpu, "
+                "True))",
+                "the allocator grows its pool instead of retrying smaller buffers");
+            add("If it is slow, use a smaller batch", "batch_size = <half>",
+                "the buffers it wanted fit at their full size");
+            return;
+        }
         add("Find the failing kernel", "CUDA_LAUNCH_BLOCKING=1 <your command>",
             "errors are reported where they happen, so the traceback names the kernel");
         add("Check the inputs", "compute-sanitizer <your command> (or TORCH_USE_CUDA_DSA=1 builds)",

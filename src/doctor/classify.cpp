@@ -32,7 +32,7 @@ uint64_t sat_sub(uint64_t a, uint64_t b) {
 
 bool is_torch(Wording w) {
     return w == Wording::TorchPre21 || w == Wording::TorchCached || w == Wording::Torch21 ||
-           w == Wording::TorchBare || w == Wording::TorchMps;
+           w == Wording::TorchBare || w == Wording::TorchMps || w == Wording::TorchAllowed;
 }
 
 bool is_ggml(Wording w) {
@@ -44,6 +44,8 @@ bool is_ggml(Wording w) {
         case Wording::GgmlModelLoadFailed:
         case Wording::GgmlKvFailed:
         case Wording::GgmlComputeFailed:
+        case Wording::GgmlCudaPool:
+        case Wording::GgmlCudaVmmReserve:
         case Wording::MetalOutOfMemory:
             return true;
         default:
@@ -62,11 +64,14 @@ std::string b(const std::optional<uint64_t>& n) {
 // Share of the device other processes must hold before they are the cause.
 // Without "this process has" the remainder also holds this process's CUDA
 // context and libraries (0.3-1.5 GiB), hence the higher bar.
-bool others_dominate(const Finding& f, bool exact_this_process) {
+// The allowed-memory form (cudaMallocAsync) counts only live tensors: the
+// remainder also holds the pool's freed-but-kept memory, hence a bar higher still.
+bool others_dominate(const Finding& f, bool exact_this_process, bool async_pool = false) {
     if (!f.other_processes_bytes || !f.total_bytes) return false;
     const uint64_t others = *f.other_processes_bytes, total = *f.total_bytes;
-    const uint64_t bar = exact_this_process ? std::max<uint64_t>(GiB, total / 10)
-                                            : std::max<uint64_t>(2 * GiB, total / 5);
+    const uint64_t bar = async_pool           ? std::max<uint64_t>(2 * GiB, total / 5 * 2)
+                         : exact_this_process ? std::max<uint64_t>(GiB, total / 10)
+                                              : std::max<uint64_t>(2 * GiB, total / 5);
     if (others < bar) return false;
     // Freeing them must be enough for the request.
     if (f.requested_bytes && f.free_bytes) {
@@ -155,6 +160,29 @@ void derive_numbers(Finding& f, const Evidence& e) {
     else
         f.this_process_bytes = n.reserved;
 
+    // Numbers that cannot all be true: say so, and reason from what holds.
+    if (e.wording == Wording::TorchPre21 && n.reserved && n.allocated &&
+        *n.reserved < *n.allocated) {
+        // PyTorch reserves every byte it allocates: reserved >= allocated, always.
+        f.contradictions.push_back(fmt::format(
+            "{} reserved in total is less than the {} already allocated, which PyTorch never "
+            "prints (it reserves every byte it allocates); reasoning from the allocated bytes: "
+            "this process holds at least {}, and what PyTorch keeps cached is unknown.",
+            b(n.reserved), b(n.allocated), b(n.allocated)));
+        f.this_process_bytes = n.allocated;
+    }
+    if (f.total_bytes && n.allocated && *n.allocated > *f.total_bytes)
+        f.contradictions.push_back(fmt::format(
+            "PyTorch has {} allocated on a {} device: the driver lends it host memory (Windows' "
+            "shared GPU memory, or unified memory), so the device's own numbers do not bound "
+            "this process.",
+            b(n.allocated), b(f.total_bytes)));
+    if (f.total_bytes && f.free_bytes && *f.free_bytes > *f.total_bytes)
+        f.contradictions.push_back(
+            fmt::format("{} free is more than the device's {}: the two numbers come from different "
+                        "devices or accountings.",
+                        b(f.free_bytes), b(f.total_bytes)));
+
     if (e.wording == Wording::TorchMps) {
         // MPS's "other allocations" are this process's too, and its free is
         // derived from the same numbers: nothing is known about others.
@@ -182,6 +210,7 @@ void derive_numbers(Finding& f, const Evidence& e) {
         f.free_bytes = *n.kv_tokens * m->kv_bytes_per_token;
     }
 
+    if (e.wording == Wording::VllmProfileNoKv && n.kv_left) f.deficit_bytes = -*n.kv_left;
     if (f.requested_bytes && f.free_bytes) {
         const auto usable = static_cast<int64_t>(*f.free_bytes) +
                             static_cast<int64_t>(f.reserved_unallocated_bytes.value_or(0));
@@ -193,6 +222,7 @@ OomClass classify(const Finding& f, const Evidence& e) {
     const Numbers& n = e.numbers;
     switch (e.wording) {
         case Wording::NotOom:
+        case Wording::TfBfcNotFailure:
             return OomClass::NotOom;
         case Wording::Unknown:
             return OomClass::Unrecognised;
@@ -205,6 +235,10 @@ OomClass classify(const Finding& f, const Evidence& e) {
             return OomClass::ActivationsOrBatch;
         case Wording::BnbDispatchedToCpu:
             return OomClass::WeightsTooLarge;
+        case Wording::GgmlCudaPool:
+            return OomClass::ActivationsOrBatch;
+        case Wording::GgmlCudaVmmReserve:
+            return OomClass::Fragmentation;
         case Wording::VllmFreeMemoryStartup: {
             const bool crowded =
                 f.other_processes_bytes && f.total_bytes &&
@@ -213,6 +247,7 @@ OomClass classify(const Finding& f, const Evidence& e) {
         }
         case Wording::VllmNoCacheBlocks:
         case Wording::SglangNotEnoughMemory:
+        case Wording::VllmProfileNoKv:
             return weights_exceed_budget(f, e) ? OomClass::WeightsTooLarge
                                                : OomClass::UtilizationSetting;
         default:
@@ -229,7 +264,9 @@ OomClass classify(const Finding& f, const Evidence& e) {
         if (f.requested_bytes && f.total_bytes && *f.requested_bytes > *f.total_bytes)
             return e.phase == Phase::Weights ? OomClass::WeightsTooLarge
                                              : OomClass::ActivationsOrBatch;
-        if (others_dominate(f, n.this_process.has_value())) return OomClass::OtherProcess;
+        const bool async_pool = e.wording == Wording::TorchAllowed;
+        if (others_dominate(f, n.this_process.has_value() && !async_pool, async_pool))
+            return OomClass::OtherProcess;
         if (fragmented(f)) return OomClass::Fragmentation;
     }
     if (const OomClass c = by_phase(e.phase); c != OomClass::Unrecognised) return c;
@@ -253,6 +290,11 @@ std::string describe_cause(const Finding& f, const Evidence& e) {
     const std::string where = phase.empty() ? std::string() : fmt::format(" {}", phase);
     switch (f.oom_class) {
         case OomClass::NotOom:
+            if (e.wording == Wording::TfBfcNotFailure)
+                return "Not a failure: TensorFlow's allocator could not get one buffer at the size "
+                       "it wanted, retried with less and went on (\"the caller indicates that this "
+                       "is not a failure\"). At most it costs speed; if the program stopped, the "
+                       "error that stopped it is elsewhere in the log.";
             return "Not an out-of-memory error: this is a fault in a GPU kernel or driver, and "
                    "memory settings will not fix it.";
         case OomClass::Unrecognised:
@@ -276,6 +318,13 @@ std::string describe_cause(const Finding& f, const Evidence& e) {
                     b(f.this_process_bytes));
             if (e.wording == Wording::OomKilled)
                 return "Host RAM: the container was killed at its memory limit (OOMKilled).";
+            if (e.wording == Wording::HostMmapFailed)
+                return fmt::format(
+                    "Host memory: mapping {} of a file{} into the process failed (ENOMEM). The "
+                    "kernel refused the address space: a virtual-memory or container limit, "
+                    "overcommit, or the mappings a process may hold; the GPU is not involved.",
+                    b(f.requested_bytes),
+                    f.phase == Phase::Weights ? " (the checkpoint being loaded)" : "");
             return fmt::format("Host RAM ran out{}{}.",
                                f.requested_bytes
                                    ? fmt::format(" allocating {}", b(f.requested_bytes))
@@ -286,7 +335,8 @@ std::string describe_cause(const Finding& f, const Evidence& e) {
                 return "The quantized model does not fit in GPU memory: accelerate placed some "
                        "layers on the CPU or disk, which bitsandbytes refuses.";
             if (e.wording == Wording::VllmNoCacheBlocks ||
-                e.wording == Wording::SglangNotEnoughMemory)
+                e.wording == Wording::SglangNotEnoughMemory ||
+                e.wording == Wording::VllmProfileNoKv)
                 return fmt::format(
                     "The weights ({}) take more than the engine's share of the {} GPU, so "
                     "nothing is left for the KV cache.",
@@ -333,6 +383,10 @@ std::string describe_cause(const Finding& f, const Evidence& e) {
                     "One {} tensor is larger than the whole {} GPU: the batch, sequence or "
                     "image size makes a single buffer too big.",
                     b(f.requested_bytes), b(f.total_bytes));
+            if (e.wording == Wording::GgmlCudaPool)
+                return "llama.cpp's CUDA memory pool could not grow for the scratch of a step "
+                       "(a long prompt's batch): the weights and the KV cache left too little "
+                       "room for its compute buffers.";
             if (f.phase == Phase::Compute && is_ggml(e.wording))
                 return fmt::format(
                     "The compute buffers ({}) did not fit next to the weights and the KV cache.",
@@ -343,6 +397,10 @@ std::string describe_cause(const Finding& f, const Evidence& e) {
                                                  b(f.this_process_bytes), b(f.total_bytes))
                                    : "");
         case OomClass::Fragmentation:
+            if (e.wording == Wording::GgmlCudaVmmReserve)
+                return "Not a shortage of VRAM: llama.cpp's CUDA memory pool reserves one large "
+                       "virtual address range up front (cuMemAddressReserve) and the driver "
+                       "refused the reservation (on Windows, WDDM limits it).";
             if (f.free_bytes && f.requested_bytes && *f.free_bytes >= *f.requested_bytes &&
                 f.reserved_unallocated_bytes.value_or(0) < *f.requested_bytes)
                 return fmt::format(
@@ -359,6 +417,13 @@ std::string describe_cause(const Finding& f, const Evidence& e) {
                     "Other processes hold {} of the {} GPU; vLLM wants {} but only {} is free.",
                     b(f.other_processes_bytes), b(f.total_bytes), b(f.requested_bytes),
                     b(f.free_bytes));
+            if (e.wording == Wording::TorchAllowed)
+                return fmt::format(
+                    "{} of the {} GPU is neither free nor held by this process's tensors ({}): "
+                    "other processes, or freed memory the cudaMallocAsync pool keeps; {} more "
+                    "was needed and only {} was free.",
+                    b(f.other_processes_bytes), b(f.total_bytes), b(f.this_process_bytes),
+                    b(f.requested_bytes), b(f.free_bytes));
             return fmt::format(
                 "Other processes hold {} of the {} GPU; this process needed {} more and only {} "
                 "was free.",
@@ -371,6 +436,19 @@ std::string describe_cause(const Finding& f, const Evidence& e) {
             if (e.wording == Wording::VllmNoCacheBlocks)
                 return "After the weights and the profiled activations, the "
                        "--gpu-memory-utilization share leaves no memory for the KV cache.";
+            if (e.wording == Wording::VllmProfileNoKv)
+                return fmt::format(
+                    "vLLM's budget, {} x gpu_memory_utilization {:.2f} = {}, is spent before the "
+                    "KV cache: weights {}, non-torch memory {}, the profiled activation peak {}; "
+                    "{} is left for the KV cache.",
+                    b(f.total_bytes), e.context.utilization.value_or(0.9),
+                    f.total_bytes ? b(static_cast<uint64_t>(static_cast<double>(*f.total_bytes) *
+                                                            e.context.utilization.value_or(0.9)))
+                                  : std::string("?"),
+                    b(e.context.weights_bytes), b(n.non_torch), b(n.activation_peak),
+                    n.kv_left && *n.kv_left < 0
+                        ? fmt::format("-{}", b(static_cast<uint64_t>(-*n.kv_left)))
+                        : std::string("nothing"));
             if (e.wording == Wording::SglangNotEnoughMemory)
                 return "After the weights, --mem-fraction-static leaves no memory for the KV "
                        "cache pool.";

@@ -57,6 +57,7 @@ std::string_view framework_name(Framework f);
 // What the program was doing when it failed, read from the failing lines or
 // from the traceback and log lines just before them.
 enum class Phase { Unknown, Weights, KvCache, Compute, Profiling, SamplerWarmup, CudaGraph };
+std::string_view phase_name(Phase p);  // "weights", "kv_cache", ..., "unknown"
 
 // What the advisor knows about the model, when the user names one. Filled
 // from a GGUF file for now; the planner's byte accounting will fill it for
@@ -95,6 +96,10 @@ struct Finding {
     // Token counts that serving engines report instead of bytes.
     std::optional<uint64_t> max_model_len_tokens, kv_cache_tokens, estimated_max_len_tokens,
         prefill_tokens, total_tokens, n_sequences;
+
+    // Numbers of the log that cannot all be true, each said in one sentence
+    // with what the doctor reasoned from instead.
+    std::vector<std::string> contradictions;
 
     std::vector<Fix> fixes;
 };

@@ -23,6 +23,11 @@ enum class Wording : uint8_t {
     TorchBare,    // "CUDA out of memory. Tried to allocate X" and nothing more
     TorchMps,
     TorchCpu,
+    // "Allocation on device N would exceed allowed memory. (out of memory)"
+    // then "Currently allocated / Requested / Device limit / Free (according
+    // to CUDA) / PyTorch limit (set by user-supplied memory fraction)", one
+    // field a line: the cudaMallocAsync backend (ComfyUI's default, TGI).
+    TorchAllowed,
     CudaErrorOom,  // "CUDA error: out of memory" (runtime API error, no numbers)
     // vLLM
     VllmNoCacheBlocks,
@@ -30,6 +35,11 @@ enum class Wording : uint8_t {
     VllmServeOneRequest,
     VllmFreeMemoryStartup,
     VllmSamplerWarmup,
+    // The profiling summary "model weights take W; non_torch_memory takes N;
+    // PyTorch activation peak memory takes A; the rest of the memory reserved
+    // for KV Cache is K" with K <= 0: the budget total x utilization is gone
+    // before the KV cache.
+    VllmProfileNoKv,
     // llama.cpp / ggml
     GgmlDeviceMallocFailed,  // "allocating X MiB on device N: cudaMalloc failed"
     GgmlBufferFailed,        // "failed to allocate CUDA0 buffer of size N"
@@ -38,8 +48,16 @@ enum class Wording : uint8_t {
     GgmlModelLoadFailed,  // "error loading model: unable to allocate ... buffer"
     GgmlKvFailed,         // "failed to allocate buffer for kv cache"
     GgmlComputeFailed,    // "failed to allocate compute (pp) buffers"
-    MetalOutOfMemory,     // kIOGPUCommandBufferCallbackErrorOutOfMemory
-    MetalStatus5,         // "command buffer N failed with status 5"
+    // "CUDA error: out of memory" then "current device: N, in function
+    // ggml_cuda_pool_malloc_vmm / alloc at ..." and the failing call: the
+    // CUDA pool of compute scratch could not grow (cuMemCreate,
+    // cuMemSetAccess, ggml_cuda_device_malloc) ...
+    GgmlCudaPool,
+    // ... or could not reserve its virtual address range (cuMemAddressReserve):
+    // a driver limit, not a shortage of VRAM.
+    GgmlCudaVmmReserve,
+    MetalOutOfMemory,  // kIOGPUCommandBufferCallbackErrorOutOfMemory
+    MetalStatus5,      // "command buffer N failed with status 5"
     // Ollama, TGI, SGLang, transformers, host
     OllamaSystemMemory,
     TgiPrefill,
@@ -50,9 +68,14 @@ enum class Wording : uint8_t {
     CgroupOomKiller,
     OomKilled,
     PythonMemoryError,
+    HostMmapFailed,  // "unable to mmap N bytes from file <F>: Cannot allocate memory (12)"
     // other
     Unknown,  // an out-of-memory wording no parser knows
     NotOom,
+    // TensorFlow's BFC allocator: "ran out of memory trying to allocate X ...
+    // The caller indicates that this is not a failure": a warning, the
+    // allocation was retried smaller and the program went on.
+    TfBfcNotFailure,
 };
 std::string_view wording_name(Wording w);
 
@@ -65,6 +88,9 @@ struct Numbers {
     std::optional<uint64_t> max_model_len, kv_tokens, estimated_max_len, prefill_tokens,
         total_tokens, n_sequences;
     std::optional<double> utilization;
+    // vLLM's profiling summary: what it took before the KV cache, and what was left (signed).
+    std::optional<uint64_t> non_torch, activation_peak;
+    std::optional<int64_t> kv_left;
 };
 
 struct Observation {
@@ -102,6 +128,9 @@ bool parse_pytorch(const Line& line, Observation& out);
 // lines and joined) and returns its form.
 Wording parse_pytorch_message(const Line& message, Numbers& out);
 bool is_pytorch_continuation(const Line& line);
+// A field line of the TorchAllowed form ("Requested : 512.00 KiB"); these
+// lines carry no memory word, so the scanner asks before its gate.
+bool is_allowed_memory_field(const Line& line);
 bool parse_vllm(const Line& line, Observation& out);
 bool parse_ggml(const Line& line, Observation& out);
 bool parse_servers(const Line& line, Observation& out);  // Ollama, TGI, SGLang

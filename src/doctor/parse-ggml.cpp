@@ -12,6 +12,17 @@
 // "compute (pp) buffers" the compute graph's scratch. Ollama runs the same
 // code, so its logs carry the same lines. Metal reports out-of-memory when a
 // command buffer runs, not when buffers are allocated.
+//
+// The CUDA (and HIP) backend's own check reports a failed call in three lines
+// after "CUDA error: out of memory":
+//
+//   current device: 0, in function ggml_cuda_pool_malloc_vmm at ggml-cuda.cu:7184
+//   cuMemSetAccess(pool_addr + pool_size, reserve_size, &access, 1)
+//   GGML_ASSERT: ggml-cuda.cu:229: !"CUDA error"
+//
+// In the pool (ggml_cuda_pool_malloc*, "alloc") the scratch of a step grew
+// past what the weights and the KV cache left; cuMemAddressReserve is the
+// pool reserving its virtual range, which the driver can refuse with VRAM free.
 #include "doctor/observation.h"
 
 namespace headroom::doctor {
@@ -101,9 +112,23 @@ bool parse_ggml(const Line& l, Observation& out) {
         mark(out, Wording::MetalStatus5, Observation::Kind::Continuation);
         return true;
     }
+    if (l.has("cumemaddressreserve(") || l.has("hipmemaddressreserve(")) {
+        mark(out, Wording::GgmlCudaVmmReserve, Observation::Kind::Continuation);
+        return true;
+    }
+    if ((l.has("current device:") && l.has("in function")) || l.has("cumemcreate(") ||
+        l.has("cumemsetaccess(") || l.has("cumemmap(") || l.has("hipmemcreate(") ||
+        l.has("ggml_cuda_device_malloc(")) {
+        mark(out, Wording::GgmlCudaPool, Observation::Kind::Continuation);
+        if (l.has("pool") || l.has("in function alloc") || l.has("ggml_cuda_device_malloc("))
+            out.phase = Phase::Compute;
+        return true;
+    }
     // Lines that follow a failed allocation and add only its consequence.
-    if (l.has("compute buffer allocation failed") || l.has("failed to create context with model") ||
-        l.has("failed to load model") || l.has("exiting due to model loading error")) {
+    if ((l.has("compute buffer allocation failed") ||
+         l.has("failed to create context with model") || l.has("failed to load model") ||
+         l.has("exiting due to model loading error")) &&
+        !l.has("unable to mmap")) {
         mark(out, Wording::None, Observation::Kind::Continuation);
         out.phase = phase_of_owner(l);
         if (l.has("compute buffer")) out.phase = Phase::Compute;

@@ -5,6 +5,8 @@
 //                Memory cgroup out of memory: Killed process P ...   (container limit)
 //   Kubernetes   Reason: OOMKilled
 //   Python       MemoryError
+//   mmap         unable to mmap N bytes from file <F>: Cannot allocate memory (12)
+//                  (torch and safetensors mapping a checkpoint: host address space)
 //   bitsandbytes Some modules are dispatched on the CPU or the disk. Make sure you have
 //                  enough GPU RAM to fit the quantized model. ...
 //
@@ -34,6 +36,15 @@ bool looks_like_error(const Line& l) {
 }  // namespace
 
 bool parse_host(const Line& l, Observation& out) {
+    if (l.has("unable to mmap")) {
+        mark(out, Wording::HostMmapFailed, Framework::Host);
+        out.host_memory = true;
+        out.numbers.requested = integer_after(l, "unable to mmap");
+        // A checkpoint file being mapped is the weights loading.
+        for (auto ext : {".safetensors", ".pth", ".bin", ".pt>", ".ckpt", ".gguf"})
+            if (l.has(ext)) out.phase = Phase::Weights;
+        return true;
+    }
     auto& n = out.numbers;
     if (l.has("out of memory: kill")) {  // "Killed process" or older "Kill process"
         mark(out, l.has("memory cgroup") ? Wording::CgroupOomKiller : Wording::LinuxOomKiller,
@@ -78,6 +89,13 @@ bool parse_host(const Line& l, Observation& out) {
 }
 
 bool parse_generic(const Line& l, Observation& out) {
+    if (l.has("the caller indicates that this is not a failure")) {
+        out.kind = Observation::Kind::NotOom;
+        out.wording = Wording::TfBfcNotFailure;
+        out.framework = Framework::Unknown;
+        out.numbers.requested = bytes_after(l, "trying to allocate");
+        return true;
+    }
     static constexpr std::string_view kNotOom[] = {
         "an illegal memory access was encountered",
         "device-side assert triggered",

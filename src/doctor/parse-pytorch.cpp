@@ -12,6 +12,11 @@
 //   MPS      MPS backend out of memory (MPS allocated: A, other allocations: O,
 //            max allowed: M). Tried to allocate X on private pool.
 //   CPU      DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes.
+//   async    Allocation on device 0 would exceed allowed memory. (out of memory)
+//            Currently allocated : A  Requested : X  Device limit : T
+//            Free (according to CUDA): F  PyTorch limit (set by user-supplied
+//            memory fraction) : L          (one field a line, or all on one;
+//            L is 2^34 GiB when no fraction is set)
 //
 // The "CUDA" prefix reads "HIP" on ROCm and is missing in some newer builds;
 // the anchors below do not depend on it. Wrapped messages are joined by the
@@ -47,6 +52,7 @@ void read_process_list(const Line& line, Numbers& out) {
 
 bool is_torch_primary(const Line& l) {
     if (l.has("out of memory. tried to allocate")) return true;
+    if (l.has("would exceed allowed memory")) return true;
     if (l.has("tried to allocate") && (l.has("total capacity") || l.has("total capacty")))
         return true;
     for (auto anchor : {"cuda out of memory", "hip out of memory", "xpu out of memory"}) {
@@ -60,6 +66,17 @@ bool is_torch_primary(const Line& l) {
 }  // namespace
 
 Wording parse_pytorch_message(const Line& l, Numbers& n) {
+    if (l.has("would exceed allowed memory")) {
+        n.requested = bytes_after(l, "requested");
+        n.allocated = bytes_after(l, "currently allocated");
+        n.this_process = n.allocated;  // live tensors; the async pool's cache is not counted
+        n.total = bytes_after(l, "device limit");
+        n.free = bytes_after(l, "free (according to cuda)");
+        n.allowed = bytes_after(l, "memory fraction)");
+        // Without a fraction the limit prints as 2^34 GiB: no limit.
+        if (n.allowed && n.total && *n.allowed > 1024 * *n.total) n.allowed.reset();
+        return Wording::TorchAllowed;
+    }
     n.requested = bytes_after(l, "tried to allocate");
     read_process_list(l, n);
     n.allowed = bytes_before(l, "allowed;");
@@ -90,6 +107,18 @@ Wording parse_pytorch_message(const Line& l, Numbers& n) {
         return Wording::TorchCached;
     }
     return Wording::TorchBare;
+}
+
+bool is_allowed_memory_field(const Line& l) {
+    static constexpr std::string_view kFields[] = {
+        "currently allocated",      "requested",     "device limit",
+        "free (according to cuda)", "pytorch limit", "memory fraction)"};
+    for (auto f : kFields)
+        if (l.has(f)) return true;
+    // The limit's value wrapped onto a line of its own: ": 17179869184.00 GiB".
+    std::string_view t = l.lower;
+    while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
+    return t.starts_with(":") && quantity_at(t, 1).has_value();
 }
 
 bool is_pytorch_continuation(const Line& l) {
@@ -140,6 +169,8 @@ bool parse_pytorch(const Line& l, Observation& out) {
         out.kind = Observation::Kind::Oom;
         out.framework = Framework::PyTorch;
         out.wording = parse_pytorch_message(l, out.numbers);
+        // TGI re-raises what its warm-up (a largest prefill batch) hit.
+        if (l.has("unable to warmup model")) out.phase = Phase::Profiling;
         return true;
     }
     return false;

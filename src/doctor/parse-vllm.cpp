@@ -12,6 +12,10 @@
 //   Free memory on device [cuda:N] (F/T GiB) on startup is less than desired GPU memory
 //     utilization (U, R GiB). ...
 //   CUDA out of memory occurred when warming up sampler with N dummy requests. ...
+//   the current vLLM instance can use total_gpu_memory (T) x gpu_memory_utilization
+//     (U) = B; model weights take W; non_torch_memory takes N; PyTorch activation
+//     peak memory takes A; the rest of the memory reserved for KV Cache is K.
+//     (K = B - W - N - A; with K <= 0 vLLM fails next: the budget is spent.)
 //
 // Out-of-memory errors during profiling or CUDA graph capture are PyTorch's
 // messages; the traceback frames and "Capturing cudagraphs" lines around them
@@ -85,6 +89,22 @@ bool parse_vllm(const Line& l, Observation& out) {
                 }
             }
         }
+        return true;
+    }
+    if (const size_t at = l.find("reserved for kv cache is"); at != Line::npos) {
+        size_t p = at + std::string_view("reserved for kv cache is").size();
+        while (p < l.lower.size() && l.lower[p] == ' ') ++p;
+        const bool negative = p < l.lower.size() && l.lower[p] == '-';
+        const auto k = quantity_at(l.lower, negative ? p + 1 : p);
+        // A positive rest is a healthy start-up (its numbers are context).
+        if (!k || (!negative && k->bytes > 0)) return false;
+        mark(out, Wording::VllmProfileNoKv);
+        out.phase = Phase::Profiling;
+        const auto w = bytes_after(l, "model weights take");
+        n.non_torch = bytes_after(l, "non_torch_memory takes");
+        n.activation_peak = bytes_after(l, "activation peak memory takes");
+        if (w) n.requested = *w + n.non_torch.value_or(0) + n.activation_peak.value_or(0);
+        n.kv_left = negative ? -static_cast<int64_t>(k->bytes) : 0;
         return true;
     }
     if (l.has("out of memory occurred when warming up sampler")) {

@@ -16,6 +16,21 @@ json or_null(const std::optional<T>& v) {
     return v ? json(*v) : json(nullptr);
 }
 
+std::string signed_bytes(int64_t v) {
+    if (v >= 0) return bytes_text(static_cast<uint64_t>(v));
+    return fmt::format("-{}", bytes_text(static_cast<uint64_t>(-(v + 1)) + 1));
+}
+
+void number_row(std::string& out, std::string_view label, const std::optional<uint64_t>& v) {
+    if (v) out += fmt::format("    {:<22} {}\n", label, bytes_text(*v));
+}
+
+void token_row(std::string& out, std::string_view label, const std::optional<uint64_t>& v) {
+    if (v) out += fmt::format("    {:<22} {}\n", label, format_count(*v));
+}
+
+}  // namespace
+
 std::string_view phase_name(Phase p) {
     switch (p) {
         case Phase::Weights:
@@ -36,21 +51,6 @@ std::string_view phase_name(Phase p) {
     return "unknown";
 }
 
-std::string signed_bytes(int64_t v) {
-    if (v >= 0) return bytes_text(static_cast<uint64_t>(v));
-    return fmt::format("-{}", bytes_text(static_cast<uint64_t>(-(v + 1)) + 1));
-}
-
-void number_row(std::string& out, std::string_view label, const std::optional<uint64_t>& v) {
-    if (v) out += fmt::format("    {:<22} {}\n", label, bytes_text(*v));
-}
-
-void token_row(std::string& out, std::string_view label, const std::optional<uint64_t>& v) {
-    if (v) out += fmt::format("    {:<22} {}\n", label, format_count(*v));
-}
-
-}  // namespace
-
 std::string render_text(const Report& report) {
     std::string out;
     const auto& fs = report.findings;
@@ -62,10 +62,13 @@ std::string render_text(const Report& report) {
         if (i) out += "\n";
         out += fmt::format("[{}] {}\n", i + 1, f.cause);
         out += fmt::format(
-            "    {} · {} · line {}{}\n", class_name(f.oom_class), framework_name(f.framework),
+            "    {} · {} · line {}{}{}\n", class_name(f.oom_class), framework_name(f.framework),
             format_count(f.line),
-            f.n_occurrences > 1 ? fmt::format(" (and {} more times)", f.n_occurrences - 1) : "");
+            f.n_occurrences > 1 ? fmt::format(" (and {} more times)", f.n_occurrences - 1) : "",
+            f.phase == Phase::Unknown ? "" : fmt::format(" · phase {}", phase_name(f.phase)));
         if (!f.message.empty()) out += fmt::format("    > {}\n", f.message);
+        for (const auto& c : f.contradictions)
+            out += fmt::format("    numbers that cannot all be true: {}\n", c);
         std::string rows;
         number_row(rows, "requested", f.requested_bytes);
         number_row(rows, "total", f.total_bytes);
@@ -132,6 +135,7 @@ nlohmann::ordered_json render_json(const Report& report) {
             {"prefill_tokens", or_null(f.prefill_tokens)},
             {"total_tokens", or_null(f.total_tokens)},
             {"n_sequences", or_null(f.n_sequences)},
+            {"contradictions", f.contradictions},
             {"fixes", fixes},
         });
     }

@@ -41,6 +41,10 @@ constexpr size_t kMaxOscBytes = 512;         // an unterminated OSC sequence end
 constexpr std::string_view kGateWords[] = {
     "memory",
     "alloc",
+    "mmap",
+    "cumem",
+    "hipmem",
+    "current device",
     "oom",
     "capac",
     "pytorch",
@@ -162,6 +166,7 @@ Family family_of(Wording w, Framework f) {
         case Wording::TorchBare:
         case Wording::TorchMps:
         case Wording::TorchCpu:
+        case Wording::TorchAllowed:
         case Wording::CudaErrorOom:
             return Family::Torch;
         case Wording::VllmNoCacheBlocks:
@@ -169,6 +174,7 @@ Family family_of(Wording w, Framework f) {
         case Wording::VllmServeOneRequest:
         case Wording::VllmFreeMemoryStartup:
         case Wording::VllmSamplerWarmup:
+        case Wording::VllmProfileNoKv:
             return Family::Vllm;
         case Wording::OllamaSystemMemory:
         case Wording::TgiPrefill:
@@ -179,6 +185,7 @@ Family family_of(Wording w, Framework f) {
         case Wording::CgroupOomKiller:
         case Wording::OomKilled:
         case Wording::PythonMemoryError:
+        case Wording::HostMmapFailed:
             return Family::Host;
         case Wording::BnbDispatchedToCpu:
             return Family::Loader;
@@ -201,7 +208,7 @@ bool may_repeat(Wording w) {
 
 bool is_joinable_torch(Wording w) {
     return w == Wording::TorchPre21 || w == Wording::TorchCached || w == Wording::Torch21 ||
-           w == Wording::TorchBare;
+           w == Wording::TorchBare || w == Wording::TorchAllowed;
 }
 
 uint64_t bit(Wording w) {
@@ -288,6 +295,8 @@ std::string_view wording_name(Wording w) {
             return "pytorch-mps";
         case Wording::TorchCpu:
             return "pytorch-cpu";
+        case Wording::TorchAllowed:
+            return "pytorch-allowed-memory";
         case Wording::CudaErrorOom:
             return "cuda-error-out-of-memory";
         case Wording::VllmNoCacheBlocks:
@@ -298,6 +307,8 @@ std::string_view wording_name(Wording w) {
             return "vllm-serve-one-request";
         case Wording::VllmFreeMemoryStartup:
             return "vllm-free-memory-on-startup";
+        case Wording::VllmProfileNoKv:
+            return "vllm-profile-no-kv";
         case Wording::VllmSamplerWarmup:
             return "vllm-sampler-warmup";
         case Wording::GgmlDeviceMallocFailed:
@@ -314,6 +325,10 @@ std::string_view wording_name(Wording w) {
             return "ggml-kv-cache-failed";
         case Wording::GgmlComputeFailed:
             return "ggml-compute-buffers-failed";
+        case Wording::GgmlCudaPool:
+            return "ggml-cuda-pool";
+        case Wording::GgmlCudaVmmReserve:
+            return "ggml-cuda-vmm-reserve";
         case Wording::MetalOutOfMemory:
             return "metal-out-of-memory";
         case Wording::MetalStatus5:
@@ -336,10 +351,14 @@ std::string_view wording_name(Wording w) {
             return "oomkilled";
         case Wording::PythonMemoryError:
             return "python-memoryerror";
+        case Wording::HostMmapFailed:
+            return "host-mmap-failed";
         case Wording::Unknown:
             return "unknown";
         case Wording::NotOom:
             return "not-oom";
+        case Wording::TfBfcNotFailure:
+            return "tensorflow-bfc-not-a-failure";
     }
     return "unknown";
 }
@@ -505,13 +524,23 @@ struct LogScanner::Impl {
 
     void process_line(uint64_t number) {
         if (open && number > open->last_line + kWrapperMergeLines) close_open();
-        if (!gate().matches(line)) return;
+        // The fields of PyTorch's allowed-memory form follow it one a line,
+        // most without a word the gate knows.
+        const bool allowed_field = open && open->evidence.wording == Wording::TorchAllowed &&
+                                   number == open->last_line + 1 && line.size() < kMaxJoinedBytes;
+        const bool gated = gate().matches(line);
+        if (!allowed_field && !gated) return;
         lower.resize(line.size());
         std::transform(line.begin(), line.end(), lower.begin(), [](char c) {
             return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
         });
         pairs.build(lower);
         const Line l{line, lower, number, &pairs};
+        if (allowed_field && is_allowed_memory_field(l)) {
+            join_torch(l);
+            return;
+        }
+        if (!gated) return;
 
         if (const Framework e = engine_of(l); e != Framework::Unknown) context.engine = e;
         read_python_context(l, context);
@@ -533,12 +562,32 @@ struct LogScanner::Impl {
         }
         switch (obs.kind) {
             case Observation::Kind::NotOom:
-                if (!not_oom) not_oom = make_not_oom(l);
+                // TensorFlow's warning, wrapped: its first half ("ran out of
+                // memory") opened an unknown finding the second half explains.
+                if (obs.wording == Wording::TfBfcNotFailure && open &&
+                    open->evidence.wording == Wording::Unknown &&
+                    number <= open->last_line + kTorchJoinLines)
+                    open.reset();
+                if (!not_oom) not_oom = make_not_oom(l, obs.wording);
                 return;
             case Observation::Kind::Continuation:
+                // ggml's CUDA check follows "CUDA error: out of memory" (read
+                // as PyTorch's runtime error) with the call that failed.
+                if (open && open->evidence.wording == Wording::CudaErrorOom &&
+                    (obs.wording == Wording::GgmlCudaPool ||
+                     obs.wording == Wording::GgmlCudaVmmReserve) &&
+                    number <= open->last_line + kMergeLines) {
+                    open->family = Family::Ggml;
+                    open->framework = Framework::LlamaCpp;
+                    open->evidence.wording = obs.wording;
+                }
                 if (open && family_of(obs.wording, obs.framework) == open->family &&
-                    number <= open->last_line + kMergeLines)
+                    number <= open->last_line + kMergeLines) {
                     merge(obs, l);
+                    // The reservation failing says more than the pool line before it.
+                    if (obs.wording == Wording::GgmlCudaVmmReserve)
+                        open->evidence.wording = obs.wording;
+                }
                 return;
             case Observation::Kind::Oom:
                 if (open && can_merge(obs, number)) {
@@ -634,15 +683,15 @@ struct LogScanner::Impl {
         open->message = clip(t, 400);
     }
 
-    Finding make_not_oom(const Line& l) {
+    Finding make_not_oom(const Line& l, Wording w) {
         Finding f;
         f.oom_class = OomClass::NotOom;
         f.framework = engine_of(l) != Framework::Unknown ? engine_of(l) : context.engine;
         f.line = l.number;
-        f.wording = std::string(wording_name(Wording::NotOom));
+        f.wording = std::string(wording_name(w));
         f.message = clip(l.text, 400);
         Evidence e;
-        e.wording = Wording::NotOom;
+        e.wording = w;
         e.options = &options;
         f.cause = describe_cause(f, e);
         f.fixes = advise(f, e);

@@ -29,6 +29,77 @@ ModelFacts qwen_14b() {
     return m;
 }
 
+// The example of ../background/004: reserved below allocated, which PyTorch
+// never prints. By hand: this process holds at least the 70.12 GiB
+// allocated; others hold 80.00 - 6.72 - 70.12 = 3.16 GiB; the 2.00 GiB were
+// among the 6.72 GiB free but not as one block.
+TEST(DoctorNumbers, ReservedBelowAllocatedIsAContradictionAndTheRestDecides) {
+    const Report r = diagnose(
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; "
+        "80.00 GiB total capacity; 70.12 GiB already allocated; 6.72 GiB free; 8.75 GiB reserved "
+        "in total by PyTorch)\n");
+    ASSERT_EQ(r.findings.size(), 1u);
+    const Finding& f = r.findings[0];
+    constexpr double GiB = 1024.0 * 1024 * 1024;
+    ASSERT_EQ(f.contradictions.size(), 1u);
+    EXPECT_NE(f.contradictions[0].find("8.75 GiB"), std::string::npos) << f.contradictions[0];
+    EXPECT_EQ(*f.this_process_bytes, static_cast<uint64_t>(70.12 * GiB + 0.5));
+    EXPECT_NEAR(static_cast<double>(*f.other_processes_bytes) / GiB, 3.16, 0.005);
+    EXPECT_EQ(class_name(f.oom_class), "fragmentation") << f.cause;
+    EXPECT_TRUE(any_fix(f, "expandable_segments")) << f.cause;
+}
+
+// Allocated beyond the device (Windows lends host memory as "shared GPU memory").
+TEST(DoctorNumbers, AllocatedBeyondTheDeviceIsSaid) {
+    const Report r = diagnose(
+        "CUDA out of memory. Tried to allocate 252.00 MiB. GPU 0 has a total capacity of 6.00 GiB "
+        "of which 0 bytes is free. Of the allocated memory 20.56 GiB is allocated by PyTorch, and "
+        "25.86 MiB is reserved by PyTorch but unallocated.\n");
+    ASSERT_EQ(r.findings.size(), 1u);
+    ASSERT_EQ(r.findings[0].contradictions.size(), 1u);
+    EXPECT_NE(r.findings[0].contradictions[0].find("20.56 GiB allocated on a 6.00 GiB device"),
+              std::string::npos)
+        << r.findings[0].contradictions[0];
+}
+
+// A consistent message has none.
+TEST(DoctorNumbers, ConsistentNumbersHaveNoContradiction) {
+    const Report r = diagnose(
+        "CUDA out of memory. Tried to allocate 2.26 GiB (GPU 0; 6.00 GiB total capacity; 781.59 "
+        "MiB already allocated; 3.03 GiB free; 1.24 GiB reserved in total by PyTorch)\n");
+    ASSERT_EQ(r.findings.size(), 1u);
+    EXPECT_TRUE(r.findings[0].contradictions.empty());
+}
+
+// vLLM's profiling summary with a negative rest. By hand: the budget is
+// 23.58 x 0.90 = 21.22 GiB; weights 19.80 + non-torch 0.20 + activations
+// 1.74 = 21.74 GiB, 0.52 GiB more than the budget; the weights alone are
+// below it, so the setting, not the model, is what leaves nothing.
+TEST(DoctorNumbers, VllmProfileThatLeavesNothingForTheKvCache) {
+    const Report r = diagnose(
+        "INFO worker.py:241] the current vLLM instance can use total_gpu_memory (23.58GiB) x "
+        "gpu_memory_utilization (0.90) = 21.22GiB\n"
+        "INFO worker.py:241] model weights take 19.80GiB; non_torch_memory takes 0.20GiB; PyTorch "
+        "activation peak memory takes 1.74GiB; the rest of the memory reserved for KV Cache is "
+        "-0.52GiB.\n");
+    ASSERT_EQ(r.findings.size(), 1u);
+    const Finding& f = r.findings[0];
+    constexpr double GiB = 1024.0 * 1024 * 1024;
+    EXPECT_EQ(class_name(f.oom_class), "utilization_setting") << f.cause;
+    EXPECT_EQ(phase_name(f.phase), "profiling");
+    EXPECT_NEAR(static_cast<double>(*f.requested_bytes) / GiB, 21.74, 0.005);
+    EXPECT_NEAR(static_cast<double>(*f.deficit_bytes) / GiB, 0.52, 0.005);
+    EXPECT_TRUE(any_fix(f, "--gpu-memory-utilization 0.97")) << f.cause;
+    // With weights past the budget no utilization below 1 helps: the model is too large.
+    const Report big = diagnose(
+        "INFO the current vLLM instance can use total_gpu_memory (23.58GiB) x "
+        "gpu_memory_utilization (0.90) = 21.22GiB\n"
+        "INFO model weights take 21.90GiB; non_torch_memory takes 0.20GiB; PyTorch activation "
+        "peak memory takes 1.74GiB; the rest of the memory reserved for KV Cache is -2.62GiB.\n");
+    ASSERT_EQ(big.findings.size(), 1u);
+    EXPECT_EQ(class_name(big.findings[0].oom_class), "weights_too_large") << big.findings[0].cause;
+}
+
 TEST(DoctorAdvice, NamesTheQuantizationThatFits) {
     // llama.cpp loading the F16 weights (written for this test) on a GPU
     // whose size comes from --device-memory.

@@ -82,16 +82,27 @@ bool others_dominate(const Finding& f, bool exact_this_process, bool async_pool 
     return true;
 }
 
-// The request would have fitted in free plus cached memory, and those bytes
-// matter: a real share of the device, or a cache at least as large as the
-// request. A few MiB of slack on a full GPU is not fragmentation.
+// Fragmentation is the cause when the request would have fitted in free plus
+// cached memory and those bytes matter:
+//  - the device itself reported the request free, and free plus cached is a
+//    real share of it (the driver's memory is in pieces); or
+//  - PyTorch's cache covers what free memory lacked (1.96 GiB asked, 1.08 GiB
+//    free, 1.83 GiB cached on an 80 GB card), unless the card is full (under
+//    2% free) and the cache is a few hundred MiB (under 1 GiB, or a tenth of a
+//    small card): then live tensors fill the card and that slack happens to
+//    exceed a small request. Capacity is the cause; the cache is a secondary
+//    note in the fixes.
 bool fragmented(const Finding& f) {
     if (!f.requested_bytes || !f.free_bytes) return false;
+    const uint64_t requested = *f.requested_bytes, free = *f.free_bytes;
     const uint64_t cached = f.reserved_unallocated_bytes.value_or(0);
-    const uint64_t usable = *f.free_bytes + cached;
-    if (usable < *f.requested_bytes) return false;
-    const uint64_t share = std::max<uint64_t>(256 * MiB, f.total_bytes ? *f.total_bytes / 20 : 0);
-    return usable >= share || cached >= std::max<uint64_t>(256 * MiB, *f.requested_bytes);
+    const uint64_t total = f.total_bytes.value_or(0);
+    if (free + cached < requested) return false;
+    if (free >= requested) return free + cached >= std::max<uint64_t>(256 * MiB, total / 20);
+    const bool full = total && free < total / 50;
+    const bool slack = cached < std::min<uint64_t>(GiB, total ? total / 10 : GiB);
+    if (full && slack) return false;
+    return cached >= 64 * MiB;
 }
 
 // vLLM and SGLang size the KV cache from what the memory fraction leaves

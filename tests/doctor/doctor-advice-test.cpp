@@ -100,6 +100,41 @@ TEST(DoctorNumbers, VllmProfileThatLeavesNothingForTheKvCache) {
     EXPECT_EQ(class_name(big.findings[0].oom_class), "weights_too_large") << big.findings[0].cause;
 }
 
+size_t fix_index(const Finding& f, const std::string& text) {
+    for (size_t i = 0; i < f.fixes.size(); ++i)
+        if (f.fixes[i].command.find(text) != std::string::npos) return i;
+    return f.fixes.size();
+}
+
+std::string torch21(const char* requested, const char* total, const char* free,
+                    const char* allocated, const char* unallocated) {
+    return std::string("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ") +
+           requested + ". GPU 0 has a total capacity of " + total + " of which " + free +
+           " is free. Of the allocated memory " + allocated + " is allocated by PyTorch, and " +
+           unallocated + " is reserved by PyTorch but unallocated.\n";
+}
+
+// Fragmentation leads only when it is the cause.
+TEST(DoctorNumbers, FragmentationOnlyWhenTheCacheCoversWhatFreeMemoryLacked) {
+    // 1.08 GiB free + 1.83 GiB cached covers 1.96 GiB: the cache is what failed.
+    Report r = diagnose(torch21("1.96 GiB", "79.15 GiB", "1.08 GiB", "75.80 GiB", "1.83 GiB"));
+    ASSERT_EQ(r.findings.size(), 1u);
+    EXPECT_EQ(class_name(r.findings[0].oom_class), "fragmentation") << r.findings[0].cause;
+    EXPECT_EQ(fix_index(r.findings[0], "expandable_segments"), 0u);
+    // A full card whose 300 MiB of slack exceeds a 20 MiB request: capacity,
+    // with the allocator setting as a later fix.
+    r = diagnose(torch21("20.00 MiB", "23.65 GiB", "5.00 MiB", "23.20 GiB", "300.00 MiB"));
+    ASSERT_EQ(r.findings.size(), 1u);
+    EXPECT_EQ(class_name(r.findings[0].oom_class), "activations_or_batch") << r.findings[0].cause;
+    const size_t i = fix_index(r.findings[0], "expandable_segments");
+    EXPECT_GT(i, 0u);
+    EXPECT_LT(i, r.findings[0].fixes.size());
+    // More than free plus cached on a mostly free card: one oversized tensor.
+    r = diagnose(torch21("75.00 GiB", "79.15 GiB", "70.00 GiB", "8.00 GiB", "500.00 MiB"));
+    ASSERT_EQ(r.findings.size(), 1u);
+    EXPECT_EQ(class_name(r.findings[0].oom_class), "activations_or_batch") << r.findings[0].cause;
+}
+
 TEST(DoctorAdvice, NamesTheQuantizationThatFits) {
     // llama.cpp loading the F16 weights (written for this test) on a GPU
     // whose size comes from --device-memory.

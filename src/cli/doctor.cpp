@@ -66,6 +66,20 @@ doctor::ModelFacts facts_from_plan_model(const PlanModel& pm) {
     return m;
 }
 
+// The planner's weight bytes of the model in every type it knows: the sizes
+// the advice quotes are `plan --compare-quant`'s.
+void add_planner_sizes(doctor::ModelFacts& m, const PlanModel& pm) {
+    for (const auto& t : weight_types()) {
+        if (t.type == WeightType::MXFP4 && pm.desc.hp.n_expert == 0) continue;
+        try {
+            m.weight_bytes_as.emplace_back(std::string(t.name),
+                                           requantized(pm, t.type).desc.weight_bytes);
+        } catch (const Error&) {
+            // A format that cannot hold this model's shapes (e.g. AWQ groups): not offered.
+        }
+    }
+}
+
 doctor::Report read_log(const std::string& path, const doctor::Options& options) {
     if (path == "-") return doctor::diagnose(std::cin, options);
     std::ifstream in(path, std::ios::binary);
@@ -94,12 +108,14 @@ void add_doctor_command(CLI::App& app) {
         if (!opt->device_memory.empty())
             options.device_memory_bytes =
                 parse_bytes_or_throw(opt->device_memory, "doctor --device-memory");
-        if (!opt->model.empty() && std::filesystem::is_regular_file(opt->model) &&
-            opt->hf_config.empty())
-            options.model = facts_from_gguf(opt->model);
-        else if (!opt->model.empty() || !opt->hf_config.empty())
-            options.model =
-                facts_from_plan_model(resolve_plan_model(opt->model, opt->hf_config, ""));
+        if (!opt->model.empty() || !opt->hf_config.empty()) {
+            const PlanModel pm = resolve_plan_model(opt->model, opt->hf_config, "");
+            options.model = !opt->model.empty() && std::filesystem::is_regular_file(opt->model) &&
+                                    opt->hf_config.empty()
+                                ? facts_from_gguf(opt->model)
+                                : facts_from_plan_model(pm);
+            add_planner_sizes(*options.model, pm);
+        }
         const doctor::Report report = read_log(opt->log, options);
         if (opt->json)
             fmt::print("{}\n",

@@ -6,9 +6,8 @@
 // variable or command for the engine the log came from, and what it buys,
 // with numbers wherever the log or the model gives them.
 //
-// Weight sizes at other quantizations are estimated as parameters x bits
-// per weight / 8 (Q8_0 8.5, Q6_K 6.56, Q5_K_M 5.69, Q4_K_M 4.85, Q3_K_M 3.91
-// bits per weight, the averages of llama.cpp's mixes).
+// Weight sizes at other quantizations are the planner's (ModelFacts::
+// weight_bytes_as, filled by `doctor -m`): one accounting with `plan`.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -27,36 +26,41 @@ std::string b(uint64_t n) {
     return bytes_text(n);
 }
 
+// A weight type the advice can name, and the planner's name for it
+// (WeightType, memory/weight-estimate.h): its bytes for the model come from
+// ModelFacts::weight_bytes_as, which `doctor -m` fills from the planner, so
+// the doctor and `plan --compare-quant` say the same size.
 struct Quant {
     std::string_view name;
-    double bits_per_weight;
+    std::string_view type;  // the planner's weight type name
     std::string_view command;
 };
-// GGUF types, llama.cpp's averages for each mix.
+// GGUF types: llama.cpp's mixes, largest first.
 constexpr Quant kGgufQuants[] = {
-    {"Q8_0", 8.5, "llama-quantize model.gguf model-Q8_0.gguf Q8_0"},
-    {"Q6_K", 6.56, "llama-quantize model.gguf model-Q6_K.gguf Q6_K"},
-    {"Q5_K_M", 5.69, "llama-quantize model.gguf model-Q5_K_M.gguf Q5_K_M"},
-    {"Q4_K_M", 4.85, "llama-quantize model.gguf model-Q4_K_M.gguf Q4_K_M"},
-    {"Q3_K_M", 3.91, "llama-quantize model.gguf model-Q3_K_M.gguf Q3_K_M"},
+    {"Q8_0", "q8_0", "llama-quantize model.gguf model-Q8_0.gguf Q8_0"},
+    {"Q6_K", "q6_k", "llama-quantize model.gguf model-Q6_K.gguf Q6_K"},
+    {"Q5_K_M", "q5_k_m", "llama-quantize model.gguf model-Q5_K_M.gguf Q5_K_M"},
+    {"Q4_K_M", "q4_k_m", "llama-quantize model.gguf model-Q4_K_M.gguf Q4_K_M"},
+    {"Q4_0", "q4_0", "llama-quantize model.gguf model-Q4_0.gguf Q4_0"},
 };
-// Serving engines load pre-quantized checkpoints; 4-bit AWQ/GPTQ keep a
-// scale per group of 128, about 4.25 bits per weight.
+// Serving engines load pre-quantized checkpoints.
 constexpr Quant kServingQuants[] = {
-    {"FP8", 8.0, "--quantization fp8"},
-    {"AWQ 4-bit", 4.25, "--quantization awq (an AWQ checkpoint of the model)"},
+    {"FP8", "fp8", "--quantization fp8"},
+    {"AWQ 4-bit", "awq", "--quantization awq (an AWQ checkpoint of the model)"},
 };
-// bitsandbytes: int8 with outlier columns in FP16, or NF4 with double
-// quantization of the block scales (about 4.13 bits per weight).
+// bitsandbytes. LLM.int8 stores what FP8 does (a byte per weight and a scale
+// per output row, embeddings and lm_head in 16 bits), so it takes FP8's bytes.
 constexpr Quant kBitsandbytesQuants[] = {
-    {"8-bit (bitsandbytes)", 8.5, "BitsAndBytesConfig(load_in_8bit=True)"},
-    {"4-bit NF4 (bitsandbytes)", 4.13,
-     "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", "
-     "bnb_4bit_use_double_quant=True)"},
+    {"8-bit (bitsandbytes)", "fp8", "BitsAndBytesConfig(load_in_8bit=True)"},
+    {"4-bit NF4 (bitsandbytes)", "nf4",
+     "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\")"},
 };
 
-uint64_t weights_at(uint64_t n_params, double bits_per_weight) {
-    return static_cast<uint64_t>(std::llround(static_cast<double>(n_params) * bits_per_weight / 8));
+// The model's weights in q's type, as the planner estimates them.
+std::optional<uint64_t> weights_as(const ModelFacts& m, const Quant& q) {
+    for (const auto& [type, bytes] : m.weight_bytes_as)
+        if (type == q.type) return bytes;
+    return std::nullopt;
 }
 
 // The type that holds most of the weights, e.g. "F16" or "Q4_K".
@@ -197,19 +201,27 @@ class Advice {
         return kBitsandbytesQuants;
     }
 
-    // The largest quantization whose weights leave about a quarter of the
-    // usable memory for the KV cache, the compute buffers and the runtime.
-    std::optional<Quant> fitting_quant(uint64_t usable) const {
-        if (!model_ || model_->n_params == 0) return std::nullopt;
-        const double now_bpw =
-            8.0 * static_cast<double>(model_->weight_bytes) / static_cast<double>(model_->n_params);
+    // The largest quantization, smaller than the weights now, whose weights
+    // leave about a quarter of the usable memory for the KV cache, the
+    // compute buffers and the runtime.
+    std::optional<std::pair<Quant, uint64_t>> fitting_quant(uint64_t usable) const {
+        if (!model_) return std::nullopt;
         for (const auto& q : quants()) {
-            if (q.bits_per_weight >= now_bpw - 0.01) continue;
-            if (static_cast<double>(weights_at(model_->n_params, q.bits_per_weight)) <=
-                0.75 * static_cast<double>(usable))
-                return q;
+            const auto bytes = weights_as(*model_, q);
+            if (!bytes || *bytes >= model_->weight_bytes) continue;
+            if (static_cast<double>(*bytes) <= 0.75 * static_cast<double>(usable))
+                return std::pair{q, *bytes};
         }
         return std::nullopt;
+    }
+
+    // The smallest quantization the planner sized, if any.
+    std::optional<std::pair<Quant, uint64_t>> smallest_quant() const {
+        std::optional<std::pair<Quant, uint64_t>> out;
+        for (const auto& q : quants())
+            if (const auto bytes = weights_as(*model_, q); bytes && (!out || *bytes < out->second))
+                out = std::pair{q, *bytes};
+        return out;
     }
 
     uint64_t usable_bytes() const {
@@ -225,15 +237,14 @@ class Advice {
                 fmt::format("{} in {} needs {} of weights; this GPU has {}", model_->name,
                             dominant_type(*model_), b(model_->weight_bytes), b(usable));
             if (const auto q = fitting_quant(usable)) {
-                add("Quantize the weights", std::string(q->command),
-                    fmt::format("{}: use {}, {}", needs, q->name,
-                                b(weights_at(model_->n_params, q->bits_per_weight))));
-            } else {
-                const Quant& smallest = quants().back();
+                add("Quantize the weights", std::string(q->first.command),
+                    fmt::format("{}: use {}, {}", needs, q->first.name, b(q->second)));
+            } else if (const auto smallest = smallest_quant()) {
                 add("Use a smaller model or more GPUs", "",
                     fmt::format("{}: even {} ({}) leaves too little for the KV cache", needs,
-                                smallest.name,
-                                b(weights_at(model_->n_params, smallest.bits_per_weight))));
+                                smallest->first.name, b(smallest->second)));
+            } else {
+                add("Use a smaller model or more GPUs", "", needs);
             }
             return;
         }
@@ -249,7 +260,7 @@ class Advice {
             add("Load the weights in 4 bits",
                 "from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True, "
                 "bnb_4bit_quant_type=\"nf4\"), torch_dtype=torch.float16)",
-                "about 0.52 bytes per parameter instead of 2 (FP16) or 4 (FP32)");
+                "the linear layers in about a quarter of FP16 (embeddings stay 16-bit)");
     }
 
     void weights() {

@@ -59,15 +59,19 @@ std::string_view framework_name(Framework f);
 enum class Phase { Unknown, Weights, KvCache, Compute, Profiling, SamplerWarmup, CudaGraph };
 std::string_view phase_name(Phase p);  // "weights", "kv_cache", ..., "unknown"
 
-// What the advisor knows about the model, when the user names one. Filled
-// from a GGUF file for now; the planner's byte accounting will fill it for
-// Hugging Face configs and model names.
+// What the advisor knows about the model, when the user names one (`doctor
+// -m`): a GGUF file's own tensors, or the planner's description of a Hugging
+// Face config or a built-in model, and the planner's sizes in other types.
 struct ModelFacts {
     std::string name;
     uint64_t n_params = 0;
     uint64_t weight_bytes = 0;        // as stored (all tensors)
     uint64_t kv_bytes_per_token = 0;  // K and V of one token, all layers, F16
     std::vector<std::pair<std::string, uint64_t>> weight_bytes_by_type;  // "Q4_K" -> bytes
+    // The model's weights in other types, as the planner estimates them
+    // (`plan --compare-quant`): "q4_k_m", "nf4", "awq", "fp8" -> bytes. The
+    // advice names only types listed here.
+    std::vector<std::pair<std::string, uint64_t>> weight_bytes_as;
 };
 
 struct Fix {

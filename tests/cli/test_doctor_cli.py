@@ -79,8 +79,9 @@ fail_if(f["total_bytes"] != 24 * 2**30 or f["class"] != "kv_cache_too_large", f)
 gguf = os.path.join(tmp, "tiny.gguf")
 subprocess.run([headroom_bin(), "synth", "tiny", gguf, "--type", "f16", "-q"], check=True)
 # The tiny model's 151,872 parameters take 297.25 KiB (304,384 bytes, mostly
-# F16). On a 256 KiB device, Q8_0 (8.5 bits per weight: 161,364 bytes =
-# 157.58 KiB) is the largest type that leaves a quarter of it free.
+# F16). On a 256 KiB device, Q8_0 (the planner's estimate, tensor by tensor
+# with the norms kept F32: 162,304 bytes = 158.50 KiB) is the largest type
+# that leaves a quarter of it free.
 ggml_load = ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 0.29 MiB on device 0: "
              "cudaMalloc failed: out of memory\n"
              "alloc_tensor_range: failed to allocate CUDA0 buffer of size 304384\n"
@@ -88,7 +89,7 @@ ggml_load = ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 0.29 MiB on
 p = run(["-", "-m", gguf, "--device-memory", "256KiB"], stdin=ggml_load)
 fail_if(p.returncode != 0, p.stderr)
 fail_if("weights_too_large" not in p.stdout, p.stdout)
-fail_if("in F16 needs 297.25 KiB of weights; this GPU has 256.00 KiB: use Q8_0, 157.58 KiB"
+fail_if("in F16 needs 297.25 KiB of weights; this GPU has 256.00 KiB: use Q8_0, 158.50 KiB"
         not in p.stdout, p.stdout)
 fail_if("llama-quantize model.gguf model-Q8_0.gguf Q8_0" not in p.stdout, p.stdout)
 
@@ -117,4 +118,48 @@ fail_if(p.returncode != 0, p.stderr)
 fail_if("weights_too_large" not in p.stdout, p.stdout)
 fail_if("needs 27.5" not in p.stdout, p.stdout)
 check_error(["-", "--device-memory", "lots"], "--device-memory")
+# One accounting (a consistency check between two commands): every weight
+# size the doctor quotes for a quantization is `plan --compare-quant`'s for
+# that type, for PyTorch (bitsandbytes), llama.cpp (GGUF) and vLLM advice.
+import json
+import re
+
+plan = subprocess.run([headroom_bin(), "plan", "-m", "qwen2.5-14b", "--device-memory", "24GiB",
+                       "--compare-quant", "--json"], capture_output=True, text=True)
+fail_if(plan.returncode != 0, plan.stderr)
+planned = {r["weight_type"]: r["weights_bytes"] for r in json.loads(plan.stdout)["compare_quant"]
+           if r.get("weight_type")}
+TYPE = {"Q8_0": "q8_0", "Q6_K": "q6_k", "Q5_K_M": "q5_k_m", "Q4_K_M": "q4_k_m", "Q4_0": "q4_0",
+        "FP8": "fp8", "AWQ 4-bit": "awq", "8-bit (bitsandbytes)": "fp8",
+        "4-bit NF4 (bitsandbytes)": "nf4"}
+
+
+def two_decimals(n):
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    v, u = float(n), 0
+    while v >= 1024 and u < 4:
+        v, u = v / 1024, u + 1
+    return f"{v:.2f} {units[u]}"
+
+
+ggml_oom = ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 28172.00 MiB on device 0: "
+            "cudaMalloc failed: out of memory\n"
+            "llama_model_load: error loading model: unable to allocate CUDA0 buffer\n")
+vllm_oom = ("ValueError: No available memory for the cache blocks. Try increasing "
+            "`gpu_memory_utilization` when initializing the engine.\n")
+quoted = 0
+for log, memory in [(torch_oom, "11.75GiB"), (ggml_oom, "24GiB"), (vllm_oom, "24GiB"),
+                    (ggml_oom, "12GiB")]:
+    p = run(["-", "-m", "qwen2.5-14b", "--device-memory", memory, "--json"], stdin=log)
+    fail_if(p.returncode != 0, p.stderr)
+    for f in json.loads(p.stdout)["findings"]:
+        for fix in f["fixes"]:
+            for name, size in re.findall(r"(?:use|even) ([^,(]+?)(?:,| \() ?\(?(\d+\.\d\d [KMGT]?i?B)",
+                                         fix["effect"]):
+                fail_if(name not in TYPE, f"unknown type {name!r} in {fix['effect']!r}")
+                want = two_decimals(planned[TYPE[name]])
+                fail_if(size != want, f"doctor says {name} takes {size}, plan says {want}")
+                quoted += 1
+fail_if(quoted < 3, f"only {quoted} quantized sizes quoted")
+print(f"doctor cli: {quoted} quantized weight sizes equal plan --compare-quant's")
 print("doctor cli: ok")

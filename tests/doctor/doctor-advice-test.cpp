@@ -26,6 +26,18 @@ ModelFacts qwen_14b() {
     m.weight_bytes = 29'540'000'000;
     m.kv_bytes_per_token = 48 * 8 * (128 + 128) * 2;
     m.weight_bytes_by_type = {{"F32", 1'000'000}, {"F16", 29'539'000'000}};
+    // The planner's sizes in other types, as `doctor -m` fills them (here:
+    // 14.77e9 parameters at llama.cpp's average bits per weight of each mix).
+    m.weight_bytes_as = {{"q8_0", 15'693'125'000},
+                         {"q6_k", 12'111'400'000},
+                         {"q5_k_m", 10'505'162'500},
+                         {"q4_k_m", 8'954'312'500},
+                         {"q4_0", 8'307'500'000},
+                         // Linear layers only (13.21e9 parameters) in 4.5 bits (NF4 with
+                         // an f32 absmax per 64) or 8 bits; the untied embeddings and
+                         // lm_head (2 x 152,064 x 5,120) stay 2 bytes: 7.43e9 + 3.11e9.
+                         {"nf4", 10'546'000'000},
+                         {"fp8", 16'324'000'000}};
     return m;
 }
 
@@ -171,8 +183,10 @@ TEST(DoctorAdvice, ModelFactsDecideWhatAPlainMessageLeavesOpen) {
     ASSERT_EQ(r.findings.size(), 1u);
     const Finding& f = r.findings[0];
     EXPECT_EQ(f.oom_class, OomClass::WeightsTooLarge) << f.cause;
-    // bitsandbytes NF4 with double quantization: 14.77e9 x 4.13 / 8 = 7.625e9 B = 7.10 GiB.
-    EXPECT_TRUE(any_fix(f, "use 4-bit NF4 (bitsandbytes), 7.10 GiB")) << f.fixes[0].effect;
+    // NF4 (10.546e9 B = 9.82 GiB) leaves less than a quarter of 11.75 GiB:
+    // no bitsandbytes type fits with room for the KV cache.
+    EXPECT_TRUE(any_fix(f, "even 4-bit NF4 (bitsandbytes) (9.82 GiB) leaves too little"))
+        << f.fixes[0].effect;
     // Without the model the same message has no weights to blame.
     const Report plain = diagnose(log);
     ASSERT_EQ(plain.findings.size(), 1u);

@@ -346,7 +346,12 @@ class Advice {
                     "halves the KV cache");
             else
                 add("Quantize the KV cache", "-fa on -ctk q8_0 -ctv q8_0", "halves the KV cache");
-            if (fw() == Framework::LlamaCpp)
+            if (e_.host_memory)
+                add("Or give the KV cache more RAM", "close other programs, add RAM or swap",
+                    f_.requested_bytes ? fmt::format("the {} buffer must fit in free host memory",
+                                                     b(*f_.requested_bytes))
+                                       : std::string("the KV cache lives in host memory here"));
+            else if (fw() == Framework::LlamaCpp)
                 add("Keep the KV cache in RAM", "--no-kv-offload",
                     "the GPU keeps the weights; attention runs slower");
             return;
@@ -375,22 +380,6 @@ class Advice {
                 "halves the activation peak of the warm-up's prefill step");
             add("Give the forward pass more room", "--cuda-memory-fraction 0.9",
                 "leaves memory outside the KV cache for activations");
-            return;
-        }
-        if (f_.phase == Phase::SamplerWarmup) {
-            const uint64_t seqs = n_.n_sequences.value_or(256);
-            add("Fewer sequences at once",
-                fmt::format("--max-num-seqs {}", std::max<uint64_t>(1, seqs / 4)),
-                "the sampler's warm-up buffers scale with the number of sequences");
-            gpu_utilization_down("leaves more memory outside the KV cache for sampling");
-            return;
-        }
-        if (f_.phase == Phase::CudaGraph) {
-            add("Run without CUDA graphs", "--enforce-eager",
-                "saves the graphs' memory (often 1-3 GiB per GPU); decoding is slower");
-            gpu_utilization_down("leaves room for the graphs outside the KV cache");
-            add("Capture fewer batch sizes", "--max-num-seqs 64",
-                "graphs are captured for batch sizes up to max_num_seqs");
             return;
         }
         if (fw() == Framework::Vllm || f_.phase == Phase::Profiling) {
@@ -509,6 +498,23 @@ class Advice {
     }
 
     void utilization() {
+        // Warm-up and graph capture run after the KV cache took its share.
+        if (f_.phase == Phase::SamplerWarmup) {
+            const uint64_t seqs = n_.n_sequences.value_or(256);
+            add("Fewer sequences at once",
+                fmt::format("--max-num-seqs {}", std::max<uint64_t>(1, seqs / 4)),
+                "the sampler's warm-up buffers scale with the number of sequences");
+            gpu_utilization_down("leaves more memory outside the KV cache for sampling");
+            return;
+        }
+        if (f_.phase == Phase::CudaGraph) {
+            add("Run without CUDA graphs", "--enforce-eager",
+                "saves the graphs' memory (often 1-3 GiB per GPU); decoding is slower");
+            gpu_utilization_down("leaves room for the graphs outside the KV cache");
+            add("Capture fewer batch sizes", "--max-num-seqs 64",
+                "graphs are captured for batch sizes up to max_num_seqs");
+            return;
+        }
         switch (e_.wording) {
             case Wording::VllmFreeMemoryStartup:
                 if (f_.free_bytes && f_.total_bytes && *f_.total_bytes) {

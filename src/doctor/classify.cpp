@@ -122,9 +122,12 @@ OomClass by_phase(Phase p) {
             return OomClass::KvCacheTooLarge;
         case Phase::Compute:
         case Phase::Profiling:
+            return OomClass::ActivationsOrBatch;
+        // What an engine runs after sizing its KV cache from the memory
+        // setting: the setting left it too little.
         case Phase::SamplerWarmup:
         case Phase::CudaGraph:
-            return OomClass::ActivationsOrBatch;
+            return OomClass::UtilizationSetting;
         case Phase::Unknown:
             break;
     }
@@ -241,9 +244,10 @@ OomClass classify(const Finding& f, const Evidence& e) {
         case Wording::VllmServeOneRequest:
         case Wording::TgiTotalTokens:
             return OomClass::KvCacheTooLarge;
-        case Wording::VllmSamplerWarmup:
         case Wording::TgiPrefill:
             return OomClass::ActivationsOrBatch;
+        case Wording::VllmSamplerWarmup:
+            return OomClass::UtilizationSetting;
         case Wording::BnbDispatchedToCpu:
             return OomClass::WeightsTooLarge;
         case Wording::GgmlCudaPool:
@@ -264,6 +268,10 @@ OomClass classify(const Finding& f, const Evidence& e) {
         default:
             break;
     }
+    // llama.cpp keeps the KV cache of layers on the CPU in host buffers: a
+    // host buffer failing while it is allocated is the KV cache first.
+    if (e.host_memory && e.phase == Phase::KvCache && is_ggml(e.wording))
+        return OomClass::KvCacheTooLarge;
     if (e.host_memory) return OomClass::CpuRam;
 
     if (is_torch(e.wording)) {
@@ -373,6 +381,12 @@ std::string describe_cause(const Finding& f, const Evidence& e) {
                 return fmt::format(
                     "The KV cache cannot hold {} tokens in flight (--max-batch-total-tokens).",
                     format_count(n.total_tokens.value_or(0)));
+            if (e.host_memory)
+                return fmt::format(
+                    "The KV cache does not fit in host RAM{}: the layers kept on the CPU hold "
+                    "their KV cache there.",
+                    f.requested_bytes ? fmt::format(" ({} was asked for)", b(f.requested_bytes))
+                                      : std::string());
             return fmt::format("The KV cache does not fit{}.",
                                f.requested_bytes
                                    ? fmt::format(": {} was asked for", b(f.requested_bytes))
@@ -383,12 +397,6 @@ std::string describe_cause(const Finding& f, const Evidence& e) {
                     "Warm-up could not run a prefill batch of {} tokens after the weights and "
                     "KV cache took their share.",
                     format_count(n.prefill_tokens.value_or(0)));
-            if (f.phase == Phase::SamplerWarmup)
-                return fmt::format("Warming up the sampler for {} sequences ran out of memory.",
-                                   n.n_sequences ? format_count(*n.n_sequences) : "max_num_seqs");
-            if (f.phase == Phase::CudaGraph)
-                return "Capturing CUDA graphs ran out of memory: the graphs need memory the KV "
-                       "cache and weights already took.";
             if (f.requested_bytes && f.total_bytes && *f.requested_bytes > *f.total_bytes)
                 return fmt::format(
                     "One {} tensor is larger than the whole {} GPU: the batch, sequence or "
@@ -441,6 +449,15 @@ std::string describe_cause(const Finding& f, const Evidence& e) {
                 b(f.other_processes_bytes), b(f.total_bytes), b(f.requested_bytes),
                 b(f.free_bytes));
         case OomClass::UtilizationSetting:
+            if (f.phase == Phase::SamplerWarmup)
+                return fmt::format(
+                    "Warming up the sampler for {} sequences ran out of memory: the KV cache, "
+                    "sized "
+                    "from --gpu-memory-utilization, left too little for it.",
+                    n.n_sequences ? format_count(*n.n_sequences) : "max_num_seqs");
+            if (f.phase == Phase::CudaGraph)
+                return "Capturing CUDA graphs ran out of memory: the graphs need memory the KV "
+                       "cache and weights already took.";
             if (e.wording == Wording::VllmFreeMemoryStartup)
                 return fmt::format("--gpu-memory-utilization asks for {} but {} is free.",
                                    b(f.requested_bytes), b(f.free_bytes));

@@ -176,9 +176,42 @@ bool parse_pytorch(const Line& l, Observation& out) {
     return false;
 }
 
+// Words anywhere in a line (a traceback's code context, a Jupyter frame, a
+// progress bar) that say what the program was doing. A loading bar counts
+// only while it runs: at 100% the weights are in and what fails next is not them.
+bool read_phase_words(const Line& l, LogContext& ctx) {
+    struct Phrase {
+        std::string_view words;
+        Phase phase;
+    };
+    static constexpr Phrase kPhrases[] = {
+        {"_initialize_affine_weight", Phase::Weights}, {"columnparallellinear", Phase::Weights},
+        {"rowparallellinear", Phase::Weights},         {"load_single_module", Phase::Weights},
+        {"create_weights(", Phase::Weights},           {"_allocate_kv_cache", Phase::KvCache},
+        {"initialize_kv_cache", Phase::KvCache},       {"init_kv_cache", Phase::KvCache},
+    };
+    for (const auto& p : kPhrases) {
+        if (l.has(p.words)) {
+            ctx.hint = p.phase;
+            ctx.hint_line = l.number;
+            return true;
+        }
+    }
+    for (auto bar : {"loading safetensors checkpoint shards", "loading safetensors weights",
+                     "loading weights concurrently", "loading checkpoint shards"}) {
+        if (l.has(bar) && !l.has("100%")) {
+            ctx.hint = Phase::Weights;
+            ctx.hint_line = l.number;
+            return true;
+        }
+    }
+    return false;
+}
+
 // Traceback frames say what the program was doing:
 //   File ".../modeling_utils.py", line 886, in _load_state_dict_into_meta_model
 bool read_python_context(const Line& l, LogContext& ctx) {
+    if (read_phase_words(l, ctx)) return true;
     const size_t file = l.find("file \"");
     if (file == Line::npos) return false;
     const size_t in = l.lower.rfind(", in ");

@@ -350,32 +350,43 @@ TEST(Engine, SnapshotShowsEveryBlockWithItsOwnerOnlyWhileWanted) {
     s.engine->step();  // the first snapshot is built at once
     auto snap = s.engine->snapshots().latest();
     ASSERT_NE(snap, nullptr);
-    const KvBlockPool& pool = s.runner->cache().pool(0);
-    ASSERT_EQ(snap->pools.size(), 1u);
-    const auto& p = snap->pools[0];
-    ASSERT_EQ(p.state.size(), pool.n_blocks());
-    uint32_t held = 0;
-    for (uint32_t i = 0; i < pool.n_blocks(); ++i) {
-        const int32_t refs = pool.ref_count(static_cast<int32_t>(i));
-        held += p.state[i] == BlockState::Owned || p.state[i] == BlockState::Shared;
-        EXPECT_EQ(p.state[i] == BlockState::Shared, refs > 1) << "block " << i;
-        EXPECT_EQ(p.owner[i] != 0, refs > 0) << "block " << i;
+    // One pool per KV layer group (the split run's host layers have their own).
+    const KvCache& cache = s.runner->cache();
+    ASSERT_EQ(snap->pools.size(), cache.n_groups());
+    for (size_t g = 0; g < cache.n_groups(); ++g) {
+        const KvBlockPool& pool = cache.pool(g);
+        const auto& p = snap->pools[g];
+        ASSERT_EQ(p.state.size(), pool.n_blocks());
+        uint32_t held = 0;
+        for (uint32_t i = 0; i < pool.n_blocks(); ++i) {
+            const int32_t refs = pool.ref_count(static_cast<int32_t>(i));
+            held += p.state[i] == BlockState::Owned || p.state[i] == BlockState::Shared;
+            EXPECT_EQ(p.state[i] == BlockState::Shared, refs > 1) << "block " << i;
+            EXPECT_EQ(p.owner[i] != 0, refs > 0) << "block " << i;
+        }
+        EXPECT_EQ(held, pool.n_used());
+        EXPECT_EQ(p.n_used, pool.n_used());
     }
-    EXPECT_EQ(held, pool.n_used());
-    EXPECT_EQ(p.n_used, pool.n_used());
     ASSERT_EQ(snap->requests.size(), 2u);
     EXPECT_EQ(snap->requests[0].id, a->id());  // oldest first
     for (const auto& r : snap->requests) {
         ASSERT_EQ(r.seqs.size(), 1u);
         const auto& seq = r.seqs[0];
-        // A sequence holds ceil(computed / block_size) blocks, each owned by
-        // it or (the oldest holder) by the request before it.
-        EXPECT_EQ(seq.tables[0].size(), (seq.n_computed + 15) / 16) << "request " << r.id;
-        EXPECT_EQ(r.n_blocks, seq.tables[0].size());
-        for (int32_t blk : seq.tables[0]) {
-            const uint64_t owner = p.owner[static_cast<size_t>(blk)];
-            EXPECT_TRUE(owner == r.id || (owner == a->id() && p.state[blk] == BlockState::Shared));
+        // In every (full-attention) pool a sequence holds ceil(computed /
+        // block_size) blocks, each owned by it or (the oldest holder) by the
+        // request before it.
+        uint32_t n_blocks = 0;
+        for (size_t g = 0; g < snap->pools.size(); ++g) {
+            const auto& p = snap->pools[g];
+            EXPECT_EQ(seq.tables[g].size(), (seq.n_computed + 15) / 16) << "request " << r.id;
+            n_blocks += static_cast<uint32_t>(seq.tables[g].size());
+            for (int32_t blk : seq.tables[g]) {
+                const uint64_t owner = p.owner[static_cast<size_t>(blk)];
+                EXPECT_TRUE(owner == r.id ||
+                            (owner == a->id() && p.state[blk] == BlockState::Shared));
+            }
         }
+        EXPECT_EQ(r.n_blocks, n_blocks);
         EXPECT_TRUE(r.running);
     }
     // The request asked about comes with its tokens: its prompt, then what it generated.
@@ -404,13 +415,15 @@ TEST(Engine, SnapshotShowsEveryBlockWithItsOwnerOnlyWhileWanted) {
     snap = s.engine->snapshots().latest();
     EXPECT_GT(snap->version, version);
     EXPECT_TRUE(snap->requests.empty());
-    uint32_t cached = 0;
-    for (uint32_t i = 0; i < pool.n_blocks(); ++i) {
-        EXPECT_TRUE(snap->pools[0].state[i] == BlockState::Free ||
-                    snap->pools[0].state[i] == BlockState::Cached);
-        cached += snap->pools[0].state[i] == BlockState::Cached;
+    uint32_t cached = 0, pool_cached = 0;
+    for (size_t g = 0; g < cache.n_groups(); ++g) {
+        for (const BlockState st : snap->pools[g].state) {
+            EXPECT_TRUE(st == BlockState::Free || st == BlockState::Cached);
+            cached += st == BlockState::Cached;
+        }
+        pool_cached += cache.pool(g).n_cached();
     }
-    EXPECT_EQ(cached, pool.n_cached());
+    EXPECT_EQ(cached, pool_cached);
     EXPECT_GT(cached, 0u);
 }
 

@@ -47,6 +47,7 @@ bool is_ggml(Wording w) {
         case Wording::GgmlCudaPool:
         case Wording::GgmlCudaVmmReserve:
         case Wording::MetalOutOfMemory:
+        case Wording::MetalStatus5:
             return true;
         default:
             return false;
@@ -191,6 +192,14 @@ void derive_numbers(Finding& f, const Evidence& e) {
             "shared GPU memory, or unified memory), so the device's own numbers do not bound "
             "this process.",
             b(n.allocated), b(f.total_bytes)));
+    if (e.wording == Wording::GgmlMetalBufferFailed && f.requested_bytes && f.total_bytes &&
+        *f.requested_bytes < *f.total_bytes)
+        f.contradictions.push_back(fmt::format(
+            "{} could not be allocated although the recommended working set is {}: one Metal "
+            "buffer cannot be longer than the device's maxBufferLength (often about half the "
+            "RAM), whatever the working set; split the buffer (fewer layers on the GPU, or a "
+            "newer llama.cpp that splits the weights).",
+            b(f.requested_bytes), b(f.total_bytes)));
     if (f.total_bytes && f.free_bytes && *f.free_bytes > *f.total_bytes)
         f.contradictions.push_back(
             fmt::format("{} free is more than the device's {}: the two numbers come from different "
@@ -392,6 +401,12 @@ std::string describe_cause(const Finding& f, const Evidence& e) {
                                    ? fmt::format(": {} was asked for", b(f.requested_bytes))
                                    : std::string());
         case OomClass::ActivationsOrBatch:
+            if (e.wording == Wording::MetalStatus5 && f.this_process_bytes && f.total_bytes)
+                return fmt::format(
+                    "Metal ran out of memory running a command buffer: the buffers allocated "
+                    "({}) exceed the GPU's recommended working set ({}), and the last, the "
+                    "compute scratch, crossed it.",
+                    b(f.this_process_bytes), b(f.total_bytes));
             if (e.wording == Wording::TgiPrefill)
                 return fmt::format(
                     "Warm-up could not run a prefill batch of {} tokens after the weights and "

@@ -120,6 +120,9 @@ struct LogContext {
     std::optional<uint64_t> n_ctx;
     std::optional<double> utilization;
     uint64_t n_pipeline_copies = 0;  // llama.cpp keeps this many compute buffers
+    // Metal: the bytes allocated so far, from "(used / recommended max)" after
+    // each buffer (the recommended max working set goes to device_total_bytes).
+    std::optional<uint64_t> metal_used;
 };
 
 // Parsers (one file per framework family).

@@ -44,6 +44,18 @@ Phase phase_of_owner(const Line& l) {
     return Phase::Unknown;
 }
 
+// ggml_metal_add_buffer's buffer names: 'data' (weights), 'kv', 'alloc' and
+// 'scr0'/'scr1' (compute scratch).
+Phase phase_of_metal_buffer(const Line& l) {
+    const size_t q = l.find("'");
+    if (q == Line::npos) return Phase::Unknown;
+    const std::string_view name = l.lower.substr(q + 1, 5);
+    if (name.starts_with("data")) return Phase::Weights;
+    if (name.starts_with("kv")) return Phase::KvCache;
+    if (name.starts_with("alloc") || name.starts_with("scr")) return Phase::Compute;
+    return Phase::Unknown;
+}
+
 bool is_host_buffer(std::string_view name) {
     return name.substr(0, 3) == "cpu" || name == "cuda_host" || name.ends_with("_host");
 }
@@ -79,6 +91,14 @@ bool parse_ggml(const Line& l, Observation& out) {
         if (l.has("metal") && l.has("failed to allocate buffer, size")) {
             mark(out, Wording::GgmlMetalBufferFailed);
             n.requested = bytes_after(l, "size =");
+            return true;
+        }
+        // Older Metal: "ggml_metal_add_buffer: error: failed to allocate 'data    ' buffer, size =
+        // X"
+        if (l.has("ggml_metal_add_buffer") && l.has("buffer, size")) {
+            mark(out, Wording::GgmlMetalBufferFailed);
+            n.requested = bytes_after(l, "size =");
+            out.phase = phase_of_metal_buffer(l);
             return true;
         }
         if (l.has("failed to allocate buffer for kv cache")) {
@@ -173,6 +193,51 @@ bool read_ggml_context(const Line& l, LogContext& ctx) {
     }
     if (l.has("recommendedmaxworkingsetsize")) {
         ctx.device_total_bytes = bytes_after(l, "recommendedmaxworkingsetsize");
+        return true;
+    }
+    // Metal after each buffer: "allocated buffer, size = 400.00 MiB, ( 5655.70 / 5461.34)",
+    // both in the size's unit. The pair is the running total against the
+    // recommended max working set.
+    if ((l.has("metal") || l.has("ggml_metal_add_buffer")) && l.has("allocated") &&
+        l.has("size =")) {
+        const size_t size_at = l.find("size =");
+        const auto size = quantity_at(l.lower, size_at + 6);
+        const size_t open = l.lower.find('(', size_at);
+        const size_t slash = open == std::string_view::npos ? open : l.lower.find('/', open);
+        if (size && slash != std::string_view::npos) {
+            // The unit of the size, applied to both numbers of the pair.
+            size_t u = size->end;
+            while (u > size->begin && l.lower[u - 1] >= 'a' && l.lower[u - 1] <= 'z') --u;
+            const std::string unit(l.lower.substr(u, size->end - u));
+            auto number = [&](size_t from, size_t to) {
+                std::string t(l.lower.substr(from, to - from));
+                while (!t.empty() && (t.front() == ' ' || t.front() == '(')) t.erase(0, 1);
+                while (!t.empty() && (t.back() == ' ' || t.back() == ')')) t.pop_back();
+                const std::string text = t + " " + unit;
+                const auto q = quantity_at(text, 0);
+                return q && q->end == text.size() ? std::optional<uint64_t>(q->bytes)
+                                                  : std::nullopt;
+            };
+            const size_t close = l.lower.find(')', slash);
+            const auto used = number(open + 1, slash);
+            const auto max =
+                close == std::string_view::npos ? std::nullopt : number(slash + 1, close);
+            if (used && max) {
+                ctx.metal_used = used;
+                ctx.device_total_bytes = max;
+                if (const Phase p = phase_of_metal_buffer(l); p != Phase::Unknown) {
+                    ctx.hint = p;
+                    ctx.hint_line = l.number;
+                }
+                return true;
+            }
+        }
+    }
+    // The buffer just allocated, named by the line after it (newer logs).
+    if (l.has("metal kv buffer size") || l.has("metal compute buffer size")) {
+        ctx.hint = l.has("kv buffer") ? Phase::KvCache : Phase::Compute;
+        ctx.hint_line = l.number;
+        if (l.has("kv buffer")) ctx.kv_bytes = bytes_after(l, "buffer size =");
         return true;
     }
     if (l.has("pipeline parallelism enabled")) {

@@ -42,6 +42,7 @@ constexpr std::string_view kGateWords[] = {
     "memory",
     "alloc",
     "mmap",
+    "workingset",
     "cumem",
     "hipmem",
     "current device",
@@ -558,6 +559,13 @@ struct LogScanner::Impl {
         const bool recognised = parse_vllm(l, obs) || parse_servers(l, obs) || parse_ggml(l, obs) ||
                                 parse_pytorch(l, obs) || parse_host(l, obs) ||
                                 parse_generic(l, obs);
+        // Metal's "command buffer failed with status 5" is the failure
+        // itself when the buffers allocated so far exceed the working set.
+        if (recognised && obs.wording == Wording::MetalStatus5 && !open && context.metal_used &&
+            context.device_total_bytes && *context.metal_used > *context.device_total_bytes) {
+            obs.kind = Observation::Kind::Oom;
+            obs.numbers.this_process = context.metal_used;
+        }
         if (!recognised || obs.kind == Observation::Kind::None) {
             if (open && open->family == Family::Torch &&
                 is_joinable_torch(open->evidence.wording) &&

@@ -173,6 +173,7 @@ class Advice {
             return;
         }
         if (ggml()) {
+            if (e_.has_buffers) return;
             add("Measure what the model needs per device",
                 "read the 'model buffer size', 'KV buffer size' and 'compute buffer size' lines "
                 "of the same log, and nvidia-smi for what else is on the GPU",
@@ -183,12 +184,13 @@ class Advice {
         const std::string smi = rocm() ? "rocm-smi --showpids --showmeminfo vram"
                                        : "nvidia-smi --query-compute-apps=pid,process_name,"
                                          "used_memory --format=csv";
-        add("Measure who holds the GPU", smi,
-            f_.other_processes_bytes
-                ? fmt::format("names the processes holding the other {}",
-                              b(*f_.other_processes_bytes))
-                : "shows each process's share of the GPU before anything is changed");
-        if (torch_like())
+        if (!e_.has_gpu_reading)
+            add("Measure who holds the GPU", smi,
+                f_.other_processes_bytes
+                    ? fmt::format("names the processes holding the other {}",
+                                  b(*f_.other_processes_bytes))
+                    : "shows each process's share of the GPU before anything is changed");
+        if (torch_like() && !e_.has_summary && e_.wording != Wording::TorchMemorySummary)
             add("Measure PyTorch's own use at the failure",
                 "print(torch.cuda.memory_summary()) in an except torch.OutOfMemoryError block",
                 "splits this process's memory into allocated, cached and fragmented blocks");
@@ -466,6 +468,15 @@ class Advice {
     }
 
     void other_processes() {
+        // Several processes of about one size on one GPU: the ranks of one
+        // job that all see the same device.
+        if (n_.n_listed_processes && *n_.n_listed_processes >= 3)
+            add("Give each rank its own GPU",
+                "CUDA_VISIBLE_DEVICES per rank, or torch.cuda.set_device(local_rank) before "
+                "the model is built",
+                fmt::format("{} processes share this GPU; if they are the ranks of one job, "
+                            "each should hold only its own device",
+                            format_count(*n_.n_listed_processes)));
         const std::string freed =
             f_.other_processes_bytes ? b(*f_.other_processes_bytes) : std::string("their memory");
         add("Stop the other processes or use an idle GPU",

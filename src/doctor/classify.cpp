@@ -26,32 +26,11 @@ namespace headroom::doctor {
 
 namespace {
 
+// One request this large exceeds all but the largest GPUs (80 GB cards).
+constexpr uint64_t kLargestCommonGpu = 80 * GiB;
+
 uint64_t sat_sub(uint64_t a, uint64_t b) {
     return a > b ? a - b : 0;
-}
-
-bool is_torch(Wording w) {
-    return w == Wording::TorchPre21 || w == Wording::TorchCached || w == Wording::Torch21 ||
-           w == Wording::TorchBare || w == Wording::TorchMps || w == Wording::TorchAllowed;
-}
-
-bool is_ggml(Wording w) {
-    switch (w) {
-        case Wording::GgmlDeviceMallocFailed:
-        case Wording::GgmlBufferFailed:
-        case Wording::GgmlHostBufferFailed:
-        case Wording::GgmlMetalBufferFailed:
-        case Wording::GgmlModelLoadFailed:
-        case Wording::GgmlKvFailed:
-        case Wording::GgmlComputeFailed:
-        case Wording::GgmlCudaPool:
-        case Wording::GgmlCudaVmmReserve:
-        case Wording::MetalOutOfMemory:
-        case Wording::MetalStatus5:
-            return true;
-        default:
-            return false;
-    }
 }
 
 std::string b(uint64_t n) {
@@ -157,6 +136,39 @@ std::string_view phase_words(Phase p) {
 
 }  // namespace
 
+bool is_torch(Wording w) {
+    return w == Wording::TorchPre21 || w == Wording::TorchCached || w == Wording::Torch21 ||
+           w == Wording::TorchBare || w == Wording::TorchMps || w == Wording::TorchAllowed ||
+           w == Wording::TorchMemorySummary;
+}
+
+bool is_ggml(Wording w) {
+    switch (w) {
+        case Wording::GgmlDeviceMallocFailed:
+        case Wording::GgmlBufferFailed:
+        case Wording::GgmlHostBufferFailed:
+        case Wording::GgmlMetalBufferFailed:
+        case Wording::GgmlModelLoadFailed:
+        case Wording::GgmlKvFailed:
+        case Wording::GgmlComputeFailed:
+        case Wording::GgmlCudaPool:
+        case Wording::GgmlCudaVmmReserve:
+        case Wording::MetalOutOfMemory:
+        case Wording::MetalStatus5:
+            return true;
+        default:
+            return false;
+    }
+}
+
+void judge(Finding& f, const Evidence& e) {
+    f.contradictions.clear();
+    derive_numbers(f, e);
+    f.oom_class = classify(f, e);
+    f.cause = describe_cause(f, e);
+    f.fixes = advise(f, e);
+}
+
 void derive_numbers(Finding& f, const Evidence& e) {
     const Numbers& n = e.numbers;
     f.requested_bytes = n.requested;
@@ -172,6 +184,8 @@ void derive_numbers(Finding& f, const Evidence& e) {
         f.this_process_bytes = n.this_process;
     else if (n.largest_other_process && n.reserved && *n.largest_other_process >= *n.reserved)
         f.this_process_bytes = n.largest_other_process;
+    else if (!n.reserved && n.largest_other_process && n.n_listed_processes > 1)
+        f.this_process_bytes = n.largest_other_process;  // the failing one is the largest, likely
     else
         f.this_process_bytes = n.reserved;
 
@@ -200,6 +214,13 @@ void derive_numbers(Finding& f, const Evidence& e) {
             "RAM), whatever the working set; split the buffer (fewer layers on the GPU, or a "
             "newer llama.cpp that splits the weights).",
             b(f.requested_bytes), b(f.total_bytes)));
+    if (f.requested_bytes && f.free_bytes && *f.free_bytes >= GiB &&
+        *f.free_bytes / 100 >= *f.requested_bytes)
+        f.contradictions.push_back(fmt::format(
+            "the device reports {} free, more than 100 times the {} asked for: a shortage does "
+            "not explain that; the driver's memory in pieces, a driver or allocator fault, or a "
+            "limit other than memory (the number of allocations or mappings) does.",
+            b(f.free_bytes), b(f.requested_bytes)));
     if (f.total_bytes && f.free_bytes && *f.free_bytes > *f.total_bytes)
         f.contradictions.push_back(
             fmt::format("{} free is more than the device's {}: the two numbers come from different "
@@ -263,6 +284,17 @@ OomClass classify(const Finding& f, const Evidence& e) {
             return OomClass::ActivationsOrBatch;
         case Wording::GgmlCudaVmmReserve:
             return OomClass::Fragmentation;
+        case Wording::KvCacheNoRoom:
+            return OomClass::KvCacheTooLarge;
+        case Wording::TorchMemorySummary: {
+            // After an OOM the allocator has released every cached segment it
+            // could; what stays reserved beyond the live tensors is in pieces.
+            const uint64_t cached =
+                std::max(n.unallocated.value_or(0), n.inactive_split.value_or(0));
+            return n.reserved && cached >= std::max<uint64_t>(GiB, *n.reserved / 4)
+                       ? OomClass::Fragmentation
+                       : OomClass::ActivationsOrBatch;
+        }
         case Wording::VllmFreeMemoryStartup: {
             const bool crowded =
                 f.other_processes_bytes && f.total_bytes &&
@@ -292,10 +324,17 @@ OomClass classify(const Finding& f, const Evidence& e) {
         if (f.requested_bytes && f.total_bytes && *f.requested_bytes > *f.total_bytes)
             return e.phase == Phase::Weights ? OomClass::WeightsTooLarge
                                              : OomClass::ActivationsOrBatch;
+        if (f.requested_bytes && !f.total_bytes && *f.requested_bytes >= kLargestCommonGpu &&
+            e.phase != Phase::Weights)
+            return OomClass::ActivationsOrBatch;
         const bool async_pool = e.wording == Wording::TorchAllowed;
         if (others_dominate(f, n.this_process.has_value() && !async_pool, async_pool))
             return OomClass::OtherProcess;
         if (fragmented(f)) return OomClass::Fragmentation;
+        // memory_summary counts the pieces: free blocks inside segments that
+        // also hold live tensors, together at least the request.
+        if (n.inactive_split && f.requested_bytes && *n.inactive_split >= *f.requested_bytes)
+            return OomClass::Fragmentation;
     }
     if (const OomClass c = by_phase(e.phase); c != OomClass::Unrecognised) return c;
 
@@ -306,6 +345,11 @@ OomClass classify(const Finding& f, const Evidence& e) {
     if (is_ggml(e.wording) && e.context.kv_bytes && e.context.weights_bytes)
         return *e.context.kv_bytes >= *e.context.weights_bytes ? OomClass::KvCacheTooLarge
                                                                : OomClass::WeightsTooLarge;
+    // One llama.cpp buffer of most of the device, nothing said about what
+    // for: the weights, which it allocates first and in one piece per device.
+    if ((e.wording == Wording::GgmlDeviceMallocFailed || e.wording == Wording::GgmlBufferFailed) &&
+        f.requested_bytes && f.total_bytes && *f.requested_bytes >= *f.total_bytes / 2)
+        return OomClass::WeightsTooLarge;
     // The process holds the device and one more tensor did not fit.
     if (is_torch(e.wording) && f.requested_bytes && (f.this_process_bytes || n.allocated))
         return OomClass::ActivationsOrBatch;
@@ -417,6 +461,17 @@ std::string describe_cause(const Finding& f, const Evidence& e) {
                     "One {} tensor is larger than the whole {} GPU: the batch, sequence or "
                     "image size makes a single buffer too big.",
                     b(f.requested_bytes), b(f.total_bytes));
+            if (f.requested_bytes && !f.total_bytes && *f.requested_bytes >= kLargestCommonGpu)
+                return fmt::format(
+                    "One {} tensor: larger than all but the largest GPUs. The batch, sequence or "
+                    "image size makes a single buffer too big (an input not resized, or a shape "
+                    "bug).",
+                    b(f.requested_bytes));
+            if (e.wording == Wording::TorchMemorySummary)
+                return fmt::format(
+                    "PyTorch ran out of memory ({} reserved, {} allocated by its tensors when the "
+                    "summary was printed): live tensors fill what it reserved.",
+                    b(n.reserved), b(n.allocated));
             if (e.wording == Wording::GgmlCudaPool)
                 return "llama.cpp's CUDA memory pool could not grow for the scratch of a step "
                        "(a long prompt's batch): the weights and the KV cache left too little "
@@ -431,6 +486,12 @@ std::string describe_cause(const Finding& f, const Evidence& e) {
                                                  b(f.this_process_bytes), b(f.total_bytes))
                                    : "");
         case OomClass::Fragmentation:
+            if (e.wording == Wording::TorchMemorySummary)
+                return fmt::format(
+                    "Fragmentation: after the out-of-memory error PyTorch still reserves {} but "
+                    "its tensors hold only {}: the rest is cached in pieces of segments it could "
+                    "neither release nor reuse for the request.",
+                    b(n.reserved), b(n.allocated));
             if (e.wording == Wording::GgmlCudaVmmReserve)
                 return "Not a shortage of VRAM: llama.cpp's CUDA memory pool reserves one large "
                        "virtual address range up front (cuMemAddressReserve) and the driver "

@@ -105,11 +105,17 @@ struct Finding {
     // with what the doctor reasoned from instead.
     std::vector<std::string> contradictions;
 
+    // What the log's readings (nvidia-smi, memory_summary, llama.cpp's
+    // buffer lines) show about this failure, one sentence each.
+    std::vector<std::string> evidence;
+
     std::vector<Fix> fixes;
 };
 
 struct Report {
     std::vector<Finding> findings;
+    // The readings of a log without a failure, one sentence each.
+    std::vector<std::string> evidence;
     uint64_t n_lines = 0;
     uint64_t n_long_lines = 0;        // lines cut at kMaxLineBytes
     uint64_t n_findings_dropped = 0;  // beyond kMaxFindings

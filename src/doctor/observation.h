@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "doctor/doctor.h"
 #include "doctor/text.h"
@@ -28,6 +30,9 @@ enum class Wording : uint8_t {
     // to CUDA) / PyTorch limit (set by user-supplied memory fraction)", one
     // field a line: the cudaMallocAsync backend (ComfyUI's default, TGI).
     TorchAllowed,
+    // torch.cuda.memory_summary() counting CUDA OOMs, in a log without the
+    // message itself.
+    TorchMemorySummary,
     CudaErrorOom,  // "CUDA error: out of memory" (runtime API error, no numbers)
     // vLLM
     VllmNoCacheBlocks,
@@ -70,6 +75,9 @@ enum class Wording : uint8_t {
     PythonMemoryError,
     HostMmapFailed,  // "unable to mmap N bytes from file <F>: Cannot allocate memory (12)"
     // other
+    // "Not enough memory for (the) KV cache" from an engine doctor does not
+    // otherwise know.
+    KvCacheNoRoom,
     Unknown,  // an out-of-memory wording no parser knows
     NotOom,
     // TensorFlow's BFC allocator: "ran out of memory trying to allocate X ...
@@ -85,12 +93,16 @@ struct Numbers {
         allowed;
     std::optional<uint64_t> largest_other_process;  // biggest "Process P has X" entry
     std::optional<uint64_t> sum_listed_processes;   // all "Process P has X" entries
+    std::optional<uint64_t> n_listed_processes;
     std::optional<uint64_t> max_model_len, kv_tokens, estimated_max_len, prefill_tokens,
         total_tokens, n_sequences;
     std::optional<double> utilization;
     // vLLM's profiling summary: what it took before the KV cache, and what was left (signed).
     std::optional<uint64_t> non_torch, activation_peak;
     std::optional<int64_t> kv_left;
+    // torch.cuda.memory_summary()'s "Non-releasable memory": cached bytes in
+    // segments that also hold live blocks (inactive split blocks).
+    std::optional<uint64_t> inactive_split;
 };
 
 struct Observation {
@@ -124,6 +136,57 @@ struct LogContext {
     // each buffer (the recommended max working set goes to device_total_bytes).
     std::optional<uint64_t> metal_used;
 };
+
+// What the user printed beside the failure to show where the memory is:
+// nvidia-smi's table, its --query-compute-apps and --query-gpu CSV, gpustat,
+// torch.cuda.memory_summary() and llama.cpp's buffer lines. Read over the
+// whole log, before or after the failure; each list keeps its first
+// kMaxEntries entries.
+struct Readings {
+    static constexpr size_t kMaxEntries = 64;
+    struct Gpu {
+        uint64_t line = 0;
+        std::optional<uint64_t> index;
+        uint64_t used = 0, total = 0;
+        std::string_view source;  // "nvidia-smi", "gpustat", "llama.cpp --list-devices"
+    };
+    struct Process {
+        uint64_t line = 0;
+        std::optional<uint64_t> gpu;
+        uint64_t pid = 0;
+        std::string name;
+        std::optional<uint64_t> used;
+    };
+    struct TorchSummary {
+        uint64_t line = 0;
+        std::optional<uint64_t> device, n_ooms, n_retries, allocated, reserved, non_releasable;
+    };
+    struct Buffers {  // llama.cpp's buffers on one device
+        uint64_t line = 0;
+        std::string device;  // "CUDA0", "CPU_Mapped"
+        uint64_t weights = 0, kv = 0, compute = 0;
+    };
+    std::vector<Gpu> gpus;
+    std::vector<Process> processes;
+    std::vector<TorchSummary> summaries;
+    std::vector<Buffers> buffers;
+    std::optional<uint64_t> empty_process_table;  // line of an nvidia-smi process table with no row
+
+    // Where the reader is.
+    enum class Block { None, SmiGpus, SmiProcesses, ComputeAppsCsv, GpuCsv, Summary, LlamaDevices };
+    Block block = Block::None;
+    uint64_t block_line = 0;          // the last line that belonged to the block
+    std::optional<uint64_t> smi_gpu;  // the GPU whose row was read last
+    size_t n_rows = 0;
+    struct Columns {
+        std::optional<size_t> pid, name, used, total, index;
+        size_t n = 0;
+    } columns;
+};
+// Cheap test on the raw line: may it belong to a table the reader reads?
+// (Table rows carry none of the gate's words.)
+bool wants_reading(std::string_view raw, const Readings& r);
+bool read_readings(const Line& line, Readings& r);
 
 // Parsers (one file per framework family).
 bool parse_pytorch(const Line& line, Observation& out);

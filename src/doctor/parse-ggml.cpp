@@ -64,6 +64,19 @@ bool is_host_buffer(std::string_view name) {
 
 bool parse_ggml(const Line& l, Observation& out) {
     auto& n = out.numbers;
+    // Older ggml: "CUDA error 2 at ggml-cuda.cu:6016: out of memory" (error 2
+    // is cudaErrorMemoryAllocation), from the pool of a step's scratch.
+    if ((l.has("cuda error 2 at") || l.has("hip error 2 at")) && l.has("ggml") &&
+        l.has("out of memory")) {
+        mark(out, Wording::GgmlCudaPool);
+        return true;
+    }
+    // "WARNING: failed to allocate 16000.00 MiB of pinned memory": llama.cpp
+    // falls back to pageable host memory and goes on.
+    if (l.has("of pinned memory") && l.has("failed to allocate") && l.has("warning")) {
+        mark(out, Wording::None, Observation::Kind::Continuation);
+        return true;
+    }
     if (l.has("malloc failed: out of memory")) {
         mark(out, Wording::GgmlDeviceMallocFailed);
         n.requested = bytes_after(l, "allocating");

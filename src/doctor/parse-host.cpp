@@ -96,6 +96,17 @@ bool parse_generic(const Line& l, Observation& out) {
         out.numbers.requested = bytes_after(l, "trying to allocate");
         return true;
     }
+    for (auto phrase :
+         {"not enough memory for kv cache", "not enough memory for the kv cache",
+          "insufficient memory for kv cache", "insufficient memory for the kv cache"}) {
+        const size_t at = l.find(phrase);
+        if (at == Line::npos || is_conditional(l, at)) continue;
+        out.kind = Observation::Kind::Oom;
+        out.wording = Wording::KvCacheNoRoom;
+        out.framework = Framework::Unknown;
+        out.phase = Phase::KvCache;
+        return true;
+    }
     static constexpr std::string_view kNotOom[] = {
         "an illegal memory access was encountered",
         "device-side assert triggered",

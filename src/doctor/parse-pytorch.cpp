@@ -32,7 +32,7 @@ namespace {
 // "Process 1246069 has 577.00 MiB memory in use." entries (2.1+ lists every
 // process on the device; in a container the entry can be this process).
 void read_process_list(const Line& line, Numbers& out) {
-    uint64_t sum = 0, largest = 0;
+    uint64_t sum = 0, largest = 0, count = 0;
     bool any = false;
     for (size_t at = line.find("process "); at != Line::npos; at = line.find("process ", at + 8)) {
         size_t end = 0;
@@ -42,11 +42,13 @@ void read_process_list(const Line& line, Numbers& out) {
         if (!q) continue;
         sum += q->bytes;
         largest = std::max(largest, q->bytes);
+        ++count;
         any = true;
     }
     if (any) {
         out.sum_listed_processes = sum;
         out.largest_other_process = largest;
+        out.n_listed_processes = count;
     }
 }
 
@@ -156,6 +158,15 @@ bool parse_pytorch(const Line& l, Observation& out) {
         out.framework = Framework::PyTorch;
         out.host_memory = true;
         out.numbers.requested = bytes_after(l, "you tried to allocate", 0, true);
+        return true;
+    }
+    // TensorFlow's stream executor growing its pool ("I ... cuda_driver.cc]
+    // failed to allocate 2.12G (2282521344 bytes) from device:
+    // CUDA_ERROR_OUT_OF_MEMORY"): the allocator asks for less next.
+    if (l.has("cuda_driver") && l.has("failed to allocate") && l.has("cuda_error_out_of_memory")) {
+        out.kind = Observation::Kind::NotOom;
+        out.wording = Wording::TfBfcNotFailure;
+        out.framework = Framework::Unknown;
         return true;
     }
     if (l.has("cuda error: out of memory") || l.has("hip error: out of memory") ||

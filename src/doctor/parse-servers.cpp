@@ -23,6 +23,14 @@ bool parse_servers(const Line& l, Observation& out) {
         n.free = bytes_after(l, "than is available");
         return true;
     }
+    // TGI's launcher after a shard died at start-up: it was loading the weights.
+    if (l.has("shardcannotstart") || (l.has("shard ") && l.has("failed to start"))) {
+        out.kind = Observation::Kind::Continuation;
+        out.framework = Framework::Tgi;
+        out.phase = Phase::Weights;
+        out.wraps_previous = true;
+        return true;
+    }
     if (l.has("not enough memory to handle")) {
         out.kind = Observation::Kind::Oom;
         out.framework = Framework::Tgi;

@@ -56,6 +56,8 @@ std::string render_text(const Report& report) {
     const auto& fs = report.findings;
     if (fs.empty()) {
         out += fmt::format("No out-of-memory message in {} lines.\n", format_count(report.n_lines));
+        if (!report.evidence.empty()) out += "\nWhat the log shows:\n";
+        for (const auto& x : report.evidence) out += fmt::format("  - {}\n", x);
     }
     for (size_t i = 0; i < fs.size(); ++i) {
         const Finding& f = fs[i];
@@ -69,6 +71,7 @@ std::string render_text(const Report& report) {
         if (!f.message.empty()) out += fmt::format("    > {}\n", f.message);
         for (const auto& c : f.contradictions)
             out += fmt::format("    numbers that cannot all be true: {}\n", c);
+        for (const auto& x : f.evidence) out += fmt::format("    evidence: {}\n", x);
         std::string rows;
         number_row(rows, "requested", f.requested_bytes);
         number_row(rows, "total", f.total_bytes);
@@ -136,10 +139,12 @@ nlohmann::ordered_json render_json(const Report& report) {
             {"total_tokens", or_null(f.total_tokens)},
             {"n_sequences", or_null(f.n_sequences)},
             {"contradictions", f.contradictions},
+            {"evidence", f.evidence},
             {"fixes", fixes},
         });
     }
     return {{"findings", findings},
+            {"evidence", report.evidence},
             {"n_lines", report.n_lines},
             {"n_long_lines", report.n_long_lines},
             {"n_findings_dropped", report.n_findings_dropped}};

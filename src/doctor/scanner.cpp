@@ -34,6 +34,7 @@ constexpr uint64_t kMergeLines = 8;          // lines of one failure are this cl
 constexpr uint64_t kWrapperMergeLines = 40;  // a re-raise after the traceback
 constexpr uint64_t kTorchJoinLines = 3;      // a wrapped PyTorch message
 constexpr uint64_t kHintLines = 80;          // a traceback frame or phase line still applies
+constexpr uint64_t kRaiseLines = 30;         // a raise statement's message follows within
 constexpr size_t kMaxJoinedBytes = 4096;     // a joined PyTorch message
 constexpr size_t kMaxOscBytes = 512;         // an unterminated OSC sequence ends here
 
@@ -98,6 +99,10 @@ constexpr std::string_view kGateWords[] = {
     "total_gpu",
     "gpu_memory",
     "gpu-memory",
+    "shardcannotstart",
+    "available devices",
+    "used_memory",
+    "memory.used",
 };
 
 // A byte-level DFA over the gate words (Aho-Corasick with the failure links
@@ -173,6 +178,7 @@ Family family_of(Wording w, Framework f) {
         case Wording::TorchMps:
         case Wording::TorchCpu:
         case Wording::TorchAllowed:
+        case Wording::TorchMemorySummary:
         case Wording::CudaErrorOom:
             return Family::Torch;
         case Wording::VllmNoCacheBlocks:
@@ -303,6 +309,10 @@ std::string_view wording_name(Wording w) {
             return "pytorch-cpu";
         case Wording::TorchAllowed:
             return "pytorch-allowed-memory";
+        case Wording::TorchMemorySummary:
+            return "pytorch-memory-summary";
+        case Wording::KvCacheNoRoom:
+            return "kv-cache-no-room";
         case Wording::CudaErrorOom:
             return "cuda-error-out-of-memory";
         case Wording::VllmNoCacheBlocks:
@@ -433,8 +443,16 @@ struct LogScanner::Impl {
     Options options;
     Report report;
     LogContext context;
+    Readings readings;
+    std::vector<Evidence> evidence;  // of report.findings, index for index
     std::optional<Open> open;
     std::optional<Finding> not_oom;
+    struct Raised {
+        Observation obs;
+        std::string text, lower;
+        uint64_t number = 0;
+    };
+    std::optional<Raised> raised;
 
     // Line assembly.
     enum class Esc { None, Start, Csi, Osc, OscEnd };
@@ -530,12 +548,14 @@ struct LogScanner::Impl {
 
     void process_line(uint64_t number) {
         if (open && number > open->last_line + kWrapperMergeLines) close_open();
+        if (raised && number > raised->number + kRaiseLines) promote_raised();
         // The fields of PyTorch's allowed-memory form follow it one a line,
         // most without a word the gate knows.
         const bool allowed_field = open && open->evidence.wording == Wording::TorchAllowed &&
                                    number == open->last_line + 1 && line.size() < kMaxJoinedBytes;
         const bool gated = gate().matches(line);
-        if (!allowed_field && !gated) return;
+        const bool table_row = wants_reading(line, readings);
+        if (!allowed_field && !gated && !table_row) return;
         lower.resize(line.size());
         std::transform(line.begin(), line.end(), lower.begin(), [](char c) {
             return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
@@ -546,6 +566,7 @@ struct LogScanner::Impl {
             join_torch(l);
             return;
         }
+        read_readings(l, readings);
         if (!gated) return;
 
         if (const Framework e = engine_of(l); e != Framework::Unknown) context.engine = e;
@@ -554,11 +575,18 @@ struct LogScanner::Impl {
         read_ggml_context(l, context);
         read_servers_context(l, context);
 
-        if (is_raise_statement(l)) return;
         Observation obs;
         const bool recognised = parse_vllm(l, obs) || parse_servers(l, obs) || parse_ggml(l, obs) ||
                                 parse_pytorch(l, obs) || parse_host(l, obs) ||
                                 parse_generic(l, obs);
+        if (is_raise_statement(l)) {
+            // The source line of a traceback quotes the message, which
+            // follows it; when the excerpt ends first, the quote stands in.
+            if (recognised && obs.kind == Observation::Kind::Oom &&
+                obs.wording != Wording::Unknown && !open && !raised)
+                raised = Raised{obs, std::string(l.text), std::string(l.lower), l.number};
+            return;
+        }
         // Metal's "command buffer failed with status 5" is the failure
         // itself when the buffers allocated so far exceed the working set.
         if (recognised && obs.wording == Wording::MetalStatus5 && !open && context.metal_used &&
@@ -584,6 +612,13 @@ struct LogScanner::Impl {
                 if (!not_oom) not_oom = make_not_oom(l, obs.wording);
                 return;
             case Observation::Kind::Continuation:
+                // A line after the traceback that names what the program was
+                // doing when it failed (TGI: the shard could not start).
+                if (obs.wraps_previous && obs.wording == Wording::None && open &&
+                    number <= open->last_line + kWrapperMergeLines) {
+                    if (open->evidence.phase == Phase::Unknown) open->evidence.phase = obs.phase;
+                    return;
+                }
                 // ggml's CUDA check follows "CUDA error: out of memory" (read
                 // as PyTorch's runtime error) with the call that failed.
                 if (open && open->evidence.wording == Wording::CudaErrorOom &&
@@ -633,7 +668,19 @@ struct LogScanner::Impl {
         return !open->evidence.saw(obs.wording) || may_repeat(obs.wording);
     }
 
+    // A raise statement no message followed: the failure it quotes.
+    void promote_raised() {
+        if (!raised) return;
+        const Raised r = std::move(*raised);
+        raised.reset();
+        if (open) return;
+        const Line l{r.text, r.lower, r.number};
+        start(r.obs, l);
+        close_open();
+    }
+
     void start(const Observation& obs, const Line& l) {
+        raised.reset();
         Open o;
         o.evidence.wording = obs.wording;
         o.evidence.wordings_seen = bit(obs.wording);
@@ -738,25 +785,49 @@ struct LogScanner::Impl {
         f.phase = e.phase;
         f.wording = std::string(wording_name(e.wording));
         f.message = o.message;
-        derive_numbers(f, e);
-        f.oom_class = classify(f, e);
-        f.cause = describe_cause(f, e);
-        f.fixes = advise(f, e);
-        open.reset();
+        judge(f, e);
         if (!report.findings.empty() && same_event(report.findings.back(), f)) {
             ++report.findings.back().n_occurrences;
         } else if (report.findings.size() < kMaxFindings) {
             report.findings.push_back(std::move(f));
+            evidence.push_back(std::move(e));
         } else {
             ++report.n_findings_dropped;
         }
+        open.reset();
     }
 
     Report finish() {
         if (line_started || !line.empty() || truncated) end_line();
         close_open();
+        promote_raised();
+        weigh();
         if (report.findings.empty() && not_oom) report.findings.push_back(std::move(*not_oom));
+        if (report.findings.empty()) report.evidence = describe_readings(readings);
         return std::move(report);
+    }
+
+    // The readings of the whole log, wherever they stood, judged with each
+    // failure once it is complete.
+    void weigh() {
+        for (size_t i = 0; i < report.findings.size(); ++i) {
+            Finding& f = report.findings[i];
+            Evidence& e = evidence[i];
+            weigh_readings(f, e, readings);
+            if (!f.evidence.empty()) judge(f, e);
+        }
+        uint64_t line = 0;
+        if (!report.findings.empty()) return;
+        if (auto e = summary_failure(readings, options, line)) {
+            Finding f;
+            f.framework = Framework::PyTorch;
+            f.line = line;
+            f.wording = std::string(wording_name(e->wording));
+            f.message = "PyTorch CUDA memory summary";
+            weigh_readings(f, *e, readings);
+            judge(f, *e);
+            report.findings.push_back(std::move(f));
+        }
     }
 };
 

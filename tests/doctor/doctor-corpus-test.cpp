@@ -4,6 +4,7 @@
 // GiB", "6.00 GiB - 3.03 GiB - 1.24 GiB"); they are converted here by exact
 // decimal arithmetic, independently of the doctor's own parser.
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -124,7 +125,21 @@ std::string joined_log(const json& c) {
     return log;
 }
 
+// Each expected phrase (the readings' numbers as hand-converted sizes) occurs
+// in one of the sentences.
+void expect_phrases(const json& want, const std::vector<std::string>& sentences,
+                    std::string_view what) {
+    for (const auto& w : want) {
+        const std::string phrase = w.get<std::string>();
+        const bool found = std::any_of(sentences.begin(), sentences.end(), [&](const auto& s) {
+            return s.find(phrase) != std::string::npos;
+        });
+        EXPECT_TRUE(found) << what << " lacks '" << phrase << "'";
+    }
+}
+
 void check_report(const json& c, const Report& r) {
+    if (c.contains("report_evidence")) expect_phrases(c["report_evidence"], r.evidence, "report");
     const auto& expect = c["expect"];
     ASSERT_EQ(r.findings.size(), expect.size()) << "findings";
     for (size_t i = 0; i < expect.size(); ++i) {
@@ -151,6 +166,10 @@ void check_report(const json& c, const Report& r) {
         expect_field(e, "prefill_tokens", f.prefill_tokens);
         expect_field(e, "total_tokens", f.total_tokens);
         expect_field(e, "n_sequences", f.n_sequences);
+        if (e.contains("contradictions")) {
+            EXPECT_EQ(f.contradictions.size(), e["contradictions"].get<size_t>());
+        }
+        if (e.contains("evidence")) expect_phrases(e["evidence"], f.evidence, "evidence");
         EXPECT_FALSE(f.cause.empty());
         EXPECT_FALSE(f.fixes.empty()) << "no fix for " << class_name(f.oom_class);
     }

@@ -620,7 +620,7 @@ class Advice {
             return;
         }
         if (e_.wording == Wording::LinuxOomKiller || e_.wording == Wording::CgroupOomKiller ||
-            e_.wording == Wording::OomKilled) {
+            e_.wording == Wording::OomKilled || e_.wording == Wording::ShellKilled) {
             add("Confirm the kill and its size", "dmesg -T | grep -i 'killed process'",
                 "shows the process and its resident memory when it was killed");
             add("Load weights without a full copy in RAM",

@@ -221,10 +221,21 @@ void derive_numbers(Finding& f, const Evidence& e) {
             "not explain that; the driver's memory in pieces, a driver or allocator fault, or a "
             "limit other than memory (the number of allocations or mappings) does.",
             b(f.free_bytes), b(f.requested_bytes)));
+    // Intel's GPUs (Level Zero) refuse one allocation over 4 GiB unless the
+    // runtime's relaxed allocation limits are on, however much is free.
+    if (f.requested_bytes && *f.requested_bytes >= 4 * GiB &&
+        f.message.find("XPU out of memory") != std::string::npos &&
+        (!f.total_bytes || *f.requested_bytes < *f.total_bytes))
+        f.contradictions.push_back(fmt::format(
+            "one {} allocation on an Intel GPU: Level Zero limits a single allocation to 4 GiB "
+            "unless its relaxed allocation limits are enabled, whatever is free; split the "
+            "tensor (smaller batch or tiles) or enable the relaxed limits.",
+            b(f.requested_bytes)));
     if (f.total_bytes && f.free_bytes && *f.free_bytes > *f.total_bytes)
         f.contradictions.push_back(
             fmt::format("{} free is more than the device's {}: the two numbers come from different "
-                        "devices or accountings.",
+                        "devices or accountings (an integrated GPU with unified memory counts "
+                        "system RAM as free).",
                         b(f.free_bytes), b(f.total_bytes)));
 
     if (e.wording == Wording::TorchMps) {
@@ -330,6 +341,10 @@ OomClass classify(const Finding& f, const Evidence& e) {
         const bool async_pool = e.wording == Wording::TorchAllowed;
         if (others_dominate(f, n.this_process.has_value() && !async_pool, async_pool))
             return OomClass::OtherProcess;
+        // vLLM sizes its KV cache itself from --gpu-memory-utilization: a
+        // tensor it cannot allocate while doing so is a budget set too high.
+        if (e.phase == Phase::KvCache && e.context.engine == Framework::Vllm)
+            return OomClass::UtilizationSetting;
         if (fragmented(f)) return OomClass::Fragmentation;
         // memory_summary counts the pieces: free blocks inside segments that
         // also hold live tensors, together at least the request.
@@ -390,6 +405,12 @@ std::string describe_cause(const Finding& f, const Evidence& e) {
                     b(f.this_process_bytes));
             if (e.wording == Wording::OomKilled)
                 return "Host RAM: the container was killed at its memory limit (OOMKilled).";
+            if (e.wording == Wording::ShellKilled)
+                return fmt::format(
+                    "The process was killed (SIGKILL, exit code 137){}: on Linux most often the "
+                    "kernel's OOM killer, when host RAM or the container's memory limit ran out "
+                    "(dmesg names the process; docker inspect says OOMKilled).",
+                    where);
             if (e.wording == Wording::HostMmapFailed)
                 return fmt::format(
                     "Host memory: mapping {} of a file{} into the process failed (ENOMEM). The "

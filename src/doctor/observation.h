@@ -72,6 +72,9 @@ enum class Wording : uint8_t {
     LinuxOomKiller,
     CgroupOomKiller,
     OomKilled,
+    // The shell's "Killed" (SIGKILL: "Killed" alone, glued after a progress
+    // bar, or a job line "7 Killed  cmd"), or an exit code of 137 (128 + 9).
+    ShellKilled,
     PythonMemoryError,
     HostMmapFailed,  // "unable to mmap N bytes from file <F>: Cannot allocate memory (12)"
     // other

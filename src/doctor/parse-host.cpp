@@ -35,6 +35,30 @@ bool looks_like_error(const Line& l) {
 
 }  // namespace
 
+namespace {
+
+// The shell's report of a SIGKILL ("Killed" alone or glued after a progress
+// bar, or a job line "line 28:  7 Killed  cmd ...") or an exit code of 137
+// (128 + SIGKILL, as Docker and CI print it).
+bool shell_killed(const Line& l) {
+    std::string_view s = l.lower;
+    while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+    while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+    if (s == "killed" || s.ends_with("]killed") || s.ends_with("] killed")) return true;
+    for (auto code : {"exit code 137", "exited with code 137", "exit status 137"})
+        if (l.has(code)) return true;
+    // A job line: a number, then "Killed", then the command.
+    for (size_t at = l.find(" killed "); at != Line::npos; at = l.find(" killed ", at + 1)) {
+        size_t i = at;
+        while (i > 0 && l.lower[i - 1] >= '0' && l.lower[i - 1] <= '9') --i;
+        if (i < at && (i == 0 || l.lower[i - 1] == ' ') && l.text.substr(at + 1, 6) == "Killed")
+            return true;
+    }
+    return false;
+}
+
+}  // namespace
+
 bool parse_host(const Line& l, Observation& out) {
     if (l.has("unable to mmap")) {
         mark(out, Wording::HostMmapFailed, Framework::Host);
@@ -61,6 +85,11 @@ bool parse_host(const Line& l, Observation& out) {
         // The kernel's surrounding report lines add nothing to the numbers.
         out.kind = Observation::Kind::Continuation;
         out.framework = Framework::Host;
+        return true;
+    }
+    if (shell_killed(l)) {
+        mark(out, Wording::ShellKilled, Framework::Host);
+        out.host_memory = true;
         return true;
     }
     if (l.has("oomkilled")) {

@@ -100,6 +100,8 @@ constexpr std::string_view kGateWords[] = {
     "gpu_memory",
     "gpu-memory",
     "shardcannotstart",
+    "code 137",
+    "status 137",
     "available devices",
     "used_memory",
     "memory.used",
@@ -196,6 +198,7 @@ Family family_of(Wording w, Framework f) {
         case Wording::LinuxOomKiller:
         case Wording::CgroupOomKiller:
         case Wording::OomKilled:
+        case Wording::ShellKilled:
         case Wording::PythonMemoryError:
         case Wording::HostMmapFailed:
             return Family::Host;
@@ -215,6 +218,7 @@ Family family_of(Wording w, Framework f) {
 bool may_repeat(Wording w) {
     return w == Wording::GgmlKvFailed || w == Wording::GgmlComputeFailed ||
            w == Wording::GgmlModelLoadFailed || w == Wording::MetalStatus5 ||
+           w == Wording::ShellKilled ||  // "Killed", then "exited with code 137"
            w == Wording::Unknown || w == Wording::None;
 }
 
@@ -365,6 +369,8 @@ std::string_view wording_name(Wording w) {
             return "cgroup-oom-killer";
         case Wording::OomKilled:
             return "oomkilled";
+        case Wording::ShellKilled:
+            return "killed";
         case Wording::PythonMemoryError:
             return "python-memoryerror";
         case Wording::HostMmapFailed:
@@ -710,6 +716,13 @@ struct LogScanner::Impl {
             fill_numbers(e.numbers, obs.numbers);
             if (obs.phase != Phase::Unknown) e.phase = obs.phase;
             return;
+        }
+        // The kernel's report says more than the shell's "Killed" before it.
+        if (e.wording == Wording::ShellKilled &&
+            (obs.wording == Wording::LinuxOomKiller || obs.wording == Wording::CgroupOomKiller)) {
+            e.wording = obs.wording;
+            open->first_line = l.number;
+            open->message = clip(l.text, 400);
         }
         // ggml's "buffer of size N" is exact; "allocating X MiB" was rounded.
         if ((obs.wording == Wording::GgmlBufferFailed ||

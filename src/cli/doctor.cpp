@@ -70,6 +70,7 @@ doctor::ModelFacts facts_from_plan_model(const PlanModel& pm) {
 // the advice quotes are `plan --compare-quant`'s.
 void add_planner_sizes(doctor::ModelFacts& m, const PlanModel& pm) {
     for (const auto& t : weight_types()) {
+        if (!t.candidate) continue;
         if (t.type == WeightType::MXFP4 && pm.desc.hp.n_expert == 0) continue;
         try {
             m.weight_bytes_as.emplace_back(std::string(t.name),

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/thread-pool.h"
 #include "format/gguf-reader.h"
+#include "memory/weight-estimate.h"
 #include "model/quantize.h"
 #include "model/registry.h"
 
@@ -13,10 +14,29 @@ namespace headroom::cli {
 
 namespace {
 
-TensorType parse_type(const std::string& s, const char* what) {
+// The file types quantize writes: the GGUF types of the planner's list that
+// the reference quantizers produce (MXFP4 is read, not written).
+bool writable(const WeightTypeInfo& t) {
+    return t.gguf && t.type != WeightType::MXFP4;
+}
+
+std::string writable_names() {
+    std::string names;
+    for (const auto& t : weight_types())
+        if (writable(t)) names += (names.empty() ? "" : ", ") + std::string(t.name);
+    return names;
+}
+
+WeightType parse_file_type(const std::string& s) {
+    const auto t = weight_type_from_name(s);
+    if (!t || !writable(info(*t)))
+        fail("quantize TYPE: unknown file type '{}', expected one of {}", s, writable_names());
+    return *t;
+}
+
+TensorType parse_tensor_type(const std::string& s, const char* what) {
     auto t = tensor_type_from_name(s);
-    if (!t)
-        fail("{}: unknown tensor type '{}', expected e.g. q8_0, q4_0, q4_k, q6_k, f16", what, s);
+    if (!t) fail("{}: unknown tensor type '{}', expected e.g. q8_0, q6_k, q4_k, f16", what, s);
     return *t;
 }
 
@@ -26,31 +46,41 @@ void add_quantize_command(CLI::App& app) {
     struct Opts {
         std::string in, out, type, embedding_type, output_type;
         int threads = physical_core_count();
+        bool pure = false;
         bool quiet = false;
     };
     auto o = std::make_shared<Opts>();
     auto* cmd = app.add_subcommand(
         "quantize",
-        "Re-quantize a GGUF model. Norms and other 1-D tensors stay F32; rows that do not fit "
-        "a K-type's 256-element blocks fall back to a 32-element type");
+        "Re-quantize a GGUF model to one of llama.cpp's file types, with its per-tensor rules "
+        "(the output or tied embeddings Q6_K; in the K mixes attn_v and ffn_down of some layers "
+        "with more bits). Norms, biases and the MoE router are F32; rows that do not fit a "
+        "K-type's 256-element blocks fall back to a 32-element type. `plan --weight-type TYPE` "
+        "predicts the bytes it writes");
     cmd->add_option("in", o->in, "Input GGUF file or short model name")->required();
     cmd->add_option("out", o->out, "Output GGUF file")->required();
     cmd->add_option("type", o->type,
-                    "Target type, case-insensitive: q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, "
-                    "q6_k, f16, bf16, f32")
+                    "File type, case-insensitive: " + writable_names() +
+                        " (q4_k and q5_k: every matrix that type, no mix)")
         ->required();
+    cmd->add_flag("--pure", o->pure,
+                  "Every matrix the file type's base type: no per-tensor mix (llama.cpp's --pure)");
     cmd->add_option("--embedding-type", o->embedding_type,
-                    "Type for token_embd.weight (default: the target type)");
+                    "Tensor type for token_embd.weight (default: the file type's rule)");
     cmd->add_option("--output-type", o->output_type,
-                    "Type for output.weight (default: the target type)");
+                    "Tensor type for output.weight (default: the file type's rule)");
     cmd->add_option("-t,--threads", o->threads, "Threads")->capture_default_str();
     cmd->add_flag("-q,--quiet", o->quiet, "No progress bar");
     cmd->callback([o] {
+        const WeightType type = parse_file_type(o->type);
         QuantizeOptions opt;
-        opt.type = parse_type(o->type, "quantize TYPE");
+        opt.recipe = gguf_recipe(type);
+        if (o->pure) opt.recipe.mix = TensorMix::Pure;
+        opt.file_type = gguf_file_type_code(type);
         if (!o->embedding_type.empty())
-            opt.embedding_type = parse_type(o->embedding_type, "--embedding-type");
-        if (!o->output_type.empty()) opt.output_type = parse_type(o->output_type, "--output-type");
+            opt.embedding_type = parse_tensor_type(o->embedding_type, "--embedding-type");
+        if (!o->output_type.empty())
+            opt.output_type = parse_tensor_type(o->output_type, "--output-type");
         opt.n_threads = thread_count(o->threads, "quantize --threads");
         opt.progress = !o->quiet;
         const auto in = gguf::GgufFile::open(resolve_model_path(o->in));

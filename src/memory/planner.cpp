@@ -521,7 +521,7 @@ std::vector<Suggestion> fit_search(const PlanModel& model, const Device& device,
     std::vector<PlanModel> models = {model};
     if (!pins.weight_type && model.kind != "gguf") {
         for (const auto& t : weight_types()) {
-            if (t.type == WeightType::F32 || t.type == WeightType::GPTQ ||
+            if (!t.candidate || t.type == WeightType::F32 || t.type == WeightType::GPTQ ||
                 t.type == WeightType::Q4_1)
                 continue;
             if (!device.gpu && !t.gguf) continue;

@@ -2,13 +2,12 @@
 // planner's estimate for a Hugging Face config, a built-in model, or a GGUF
 // file re-quantized (--compare-quant, --fit).
 //
-// GGUF types are estimated tensor by tensor the way llama.cpp's quantizer
-// picks types (src/llama-quant.cpp, llama_tensor_get_type): a K-quant "mix"
-// such as Q4_K_M gives attn_v and ffn_down of some layers Q6_K, the output
-// (or tied token embeddings) Q6_K, and falls back to a 32-element block type
-// for rows whose length is not a multiple of 256 (Q4_K -> Q5_0, Q6_K -> Q8_0).
-// Norms, biases and the MoE router stay F32. With the same rules applied to
-// the real tensor list, the estimate is the file's size to the byte.
+// GGUF types are estimated tensor by tensor with the rule `headroom quantize`
+// writes by (model/quant-mix.h, llama.cpp's llama_tensor_get_type): a K-quant
+// "mix" such as Q4_K_M gives attn_v and ffn_down of some layers Q6_K, the
+// output (or tied token embeddings) Q6_K, and falls back to a 32-element
+// block type for rows whose length is not a multiple of 256. Applied to the
+// real tensor list, the estimate is the quantized file's size to the byte.
 //
 // Formats loaded from Hugging Face checkpoints quantize the linear layers
 // only; embeddings, lm_head, norms and routers stay 16-bit:
@@ -28,6 +27,7 @@
 
 #include "model/hparams.h"
 #include "model/model-shape.h"
+#include "model/quant-mix.h"
 
 namespace headroom {
 
@@ -39,7 +39,13 @@ enum class WeightType {
     Q8_0,
     Q6_K,
     Q5_K_M,
+    Q5_K_S,
+    Q5_1,
+    Q5_0,
+    Q5_K,  // every matrix Q5_K (no mix)
     Q4_K_M,
+    Q4_K_S,
+    Q4_K,  // every matrix Q4_K (no mix)
     Q4_1,
     Q4_0,
     MXFP4,
@@ -57,6 +63,8 @@ struct WeightTypeInfo {
     // Rank for --fit: how much quality a switch to this type gives up
     // (0: none). Community perplexity comparisons order them this way.
     double quality_cost;
+    // Offered by --fit and --compare-quant (the others are taken when named).
+    bool candidate;
 };
 
 const std::vector<WeightTypeInfo>& weight_types();
@@ -71,6 +79,13 @@ std::optional<WeightType> weight_type_from_name(std::string_view name);
 // The checkpoint's own type from config.json: its quantization_config, else
 // torch_dtype, else bf16.
 WeightType checkpoint_weight_type(const ModelShape& shape);
+
+// The GGUF file type's per-tensor rule (model/quant-mix.h): the same for the
+// estimate and `headroom quantize`. Throws for a type that is not a GGUF one.
+QuantRecipe gguf_recipe(WeightType type);
+// llama.cpp's general.file_type code (LLAMA_FTYPE_MOSTLY_*) for a GGUF type;
+// the unmixed K types write their _M code, as llama.cpp's --pure does.
+uint32_t gguf_file_type_code(WeightType type);
 
 struct WeightEstimate {
     uint64_t bytes = 0;

@@ -12,81 +12,35 @@
 #include "format/gguf-reader.h"
 #include "format/gguf-writer.h"
 #include "kernels/cpu/ref/quant.h"
+#include "model/hparams.h"
+#include "model/model-shape.h"
 
 namespace headroom {
 
-namespace {
-
-TensorType fallback_for(TensorType t) {
-    switch (t) {
-        case TensorType::Q4_K:
-            return TensorType::Q5_0;
-        case TensorType::Q5_K:
-            return TensorType::Q5_1;
-        case TensorType::Q6_K:
-            return TensorType::Q8_0;
-        case TensorType::Q8_K:
-            return TensorType::Q8_0;
-        default:
-            return TensorType::F16;
+std::vector<TensorType> choose_tensor_types(const gguf::GgufFile& in, const QuantizeOptions& opt) {
+    const std::vector<WeightTensor> inventory = tensor_inventory(in);
+    std::vector<TensorType> types =
+        choose_tensor_types(inventory, read_hparams(in, false), opt.recipe);
+    for (size_t i = 0; i < types.size(); ++i) {
+        const WeightTensor& t = inventory[i];
+        if (!t.is_matrix()) continue;
+        if (t.name == "token_embd.weight" && opt.embedding_type)
+            types[i] = fit_type_to_row(*opt.embedding_type, t.n_cols);
+        if (t.name == "output.weight" && opt.output_type)
+            types[i] = fit_type_to_row(*opt.output_type, t.n_cols);
     }
-}
-
-// ggml's file-type codes (general.file_type) for the types quantize writes.
-uint32_t file_type_code(TensorType t) {
-    switch (t) {
-        case TensorType::F32:
-            return 0;
-        case TensorType::F16:
-            return 1;
-        case TensorType::Q4_0:
-            return 2;
-        case TensorType::Q4_1:
-            return 3;
-        case TensorType::Q8_0:
-            return 7;
-        case TensorType::Q5_0:
-            return 8;
-        case TensorType::Q5_1:
-            return 9;
-        case TensorType::Q4_K:
-            return 15;  // Q4_K_M
-        case TensorType::Q5_K:
-            return 17;  // Q5_K_M
-        case TensorType::Q6_K:
-            return 18;
-        case TensorType::BF16:
-            return 32;
-        default:
-            return 0;
-    }
-}
-
-}  // namespace
-
-TensorType choose_tensor_type(const gguf::TensorInfo& t, const QuantizeOptions& opt) {
-    if (t.n_dims == 1) return TensorType::F32;
-    TensorType want = opt.type;
-    if (t.name == "token_embd.weight" && opt.embedding_type) want = *opt.embedding_type;
-    if (t.name == "output.weight" && opt.output_type) want = *opt.output_type;
-    return fit_type_to_row(want, t.ne[0]);
-}
-
-TensorType fit_type_to_row(TensorType want, int64_t row_length) {
-    const auto row = static_cast<uint64_t>(row_length);
-    if (row % traits(want).block_size == 0) return want;
-    const TensorType fb = fallback_for(want);
-    if (row % traits(fb).block_size == 0) return fb;
-    return TensorType::F16;
+    return types;
 }
 
 void quantize_model(const gguf::GgufFile& in, const std::string& out_path,
                     const QuantizeOptions& opt) {
-    if (!ref::can_quantize(opt.type))
-        fail(
-            "quantize: cannot produce {} (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
-            "Q5_1, Q4_K, Q5_K, Q6_K)",
-            name(opt.type));
+    const std::vector<TensorType> types = choose_tensor_types(in, opt);
+    for (const TensorType t : types)
+        if (!ref::can_quantize(t))
+            fail(
+                "quantize: cannot produce {} (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
+                "Q5_1, Q4_K, Q5_K, Q6_K)",
+                name(t));
     for (const auto& t : in.tensors())
         if (!can_dequantize(t.type))
             fail("quantize: {}: tensor '{}' is {}, which headroom cannot read", in.path(), t.name,
@@ -94,13 +48,14 @@ void quantize_model(const gguf::GgufFile& in, const std::string& out_path,
 
     gguf::GgufWriter w(in.alignment());
     w.copy_metadata(in, {"general.file_type", "general.quantization_version"});
-    w.set_u32("general.file_type", file_type_code(opt.type));
+    w.set_u32("general.file_type", opt.file_type);
     w.set_u32("general.quantization_version", 2);
 
     ThreadPool pool(opt.n_threads);
     uint64_t out_bytes = 0;
-    for (const auto& t : in.tensors()) {
-        const TensorType dst_type = choose_tensor_type(t, opt);
+    for (size_t i = 0; i < in.tensors().size(); ++i) {
+        const gguf::TensorInfo& t = in.tensors()[i];
+        const TensorType dst_type = types[i];
         const std::vector<int64_t> shape = t.shape();
         out_bytes += gguf::GgufWriter::tensor_bytes(dst_type, shape);
         const gguf::TensorInfo* src = &t;
@@ -122,7 +77,7 @@ void quantize_model(const gguf::GgufFile& in, const std::string& out_path,
             });
         });
     }
-    Progress progress(fmt::format("quantize {}", name(opt.type)), out_bytes, opt.progress);
+    Progress progress("quantize", out_bytes, opt.progress);
     w.write(out_path, [&](size_t i, size_t n, uint64_t done, uint64_t) {
         progress.update(done, fmt::format("{}/{} tensors", i, n));
     });

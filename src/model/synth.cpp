@@ -13,6 +13,7 @@
 #include "core/units.h"
 #include "format/gguf-writer.h"
 #include "kernels/cpu/ref/quant.h"
+#include "model/quant-mix.h"
 #include "model/quantize.h"
 
 namespace headroom {
@@ -167,7 +168,8 @@ gguf::GgufWriter make_synth_model(const SynthShape& s, const SynthOptions& opt) 
     auto pool = std::make_shared<ThreadPool>(opt.n_threads);
     uint64_t tensor_index = 0;
     auto add = [&](const std::string& name, std::vector<int64_t> shape, bool is_norm) {
-        const TensorType type = is_norm ? TensorType::F32 : fit_type_to_row(opt.type, shape[0]);
+        const TensorType type =
+            is_norm ? TensorType::F32 : fit_type_to_row(opt.type, static_cast<uint64_t>(shape[0]));
         const uint64_t seed = opt.seed * 1000003ull + tensor_index++;
         const int64_t n_cols = shape[0];
         const int64_t n_rows = shape.size() > 1 ? shape[1] : 1;

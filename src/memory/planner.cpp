@@ -508,15 +508,8 @@ std::vector<Suggestion> fit_search(const PlanModel& model, const Device& device,
     std::vector<KvDtype> kv_types = {bc.kv_dtype};
     if (!pins.kv_dtype) {
         if (bc.kv_dtype == KvDtype::F32) kv_types.push_back(KvDtype::F16);
-        if (bc.kv_dtype != KvDtype::Q8_0) {
-            EngineConfig q8 = bc;
-            q8.kv_dtype = KvDtype::Q8_0;
-            try {
-                (void)kv_groups_for(model.desc.hp, q8);
-                kv_types.push_back(KvDtype::Q8_0);
-            } catch (const Error&) {
-            }
-        }
+        if (bc.kv_dtype != KvDtype::Q8_0 && kv_dtype_fits(model.desc.hp, KvDtype::Q8_0))
+            kv_types.push_back(KvDtype::Q8_0);
     }
     std::vector<PlanModel> models = {model};
     if (!pins.weight_type && model.kind != "gguf") {

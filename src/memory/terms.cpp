@@ -302,6 +302,12 @@ ModelDesc describe_gguf(const gguf::GgufFile& file) {
     return m;
 }
 
+bool kv_dtype_fits(const HParams& hp, KvDtype dtype) {
+    const uint32_t block = traits(tensor_type(dtype)).block_size;
+    if (hp.kv_lora_rank > 0) return (hp.kv_lora_rank + hp.qk_rope_head_dim) % block == 0;
+    return hp.head_dim_k % block == 0 && hp.head_dim_v % block == 0;
+}
+
 std::vector<KvGroupPlan> kv_groups_for(const HParams& hp, const EngineConfig& config) {
     std::vector<KvGroupPlan> groups;
     if (hp.kv_lora_rank > 0) {
@@ -369,10 +375,14 @@ void refuse_past_an_exbibyte(const ModelDesc& model, const EngineConfig& c) {
 
 }  // namespace
 
-MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
-                       const BudgetSpec& budget) {
+namespace {
+
+// The steps of plan_memory, in the order the design describes them.
+
+// 1. The configuration with its defaults resolved, or a refusal of one that
+// cannot run.
+EngineConfig normalized(const ModelDesc& model, const EngineConfig& config_in) {
     const HParams& hp = model.hp;
-    MemoryPlan p;
     EngineConfig c = config_in;
     if (c.max_model_len == 0) c.max_model_len = hp.n_ctx_train > 0 ? hp.n_ctx_train : 4096;
     if (c.max_num_seqs == 0) fail("--max-num-seqs must be at least 1");
@@ -393,14 +403,17 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
     if (c.n_cpu_layers > 0 && model.layer_weight_bytes.size() != hp.n_layer)
         fail("layers on the CPU: the weights of {} are not known per layer", model.source);
     refuse_past_an_exbibyte(model, c);
-    p.config = c;
-    p.budget_spec = budget;
+    return c;
+}
 
+// 2. Weights: on the device, and (a split) the CPU layers' share in host memory.
+void size_weights(MemoryPlan& p, const ModelDesc& model) {
+    const HParams& hp = model.hp;
+    const EngineConfig& c = p.config;
     const bool gpu = c.device != "host";
-    const bool split = p.split();
     p.weights_bytes =
         gpu && model.device_weight_bytes ? model.device_weight_bytes : model.weight_bytes;
-    if (split && model.layer_parts.size() == hp.n_layer) {
+    if (p.split() && model.layer_parts.size() == hp.n_layer) {
         // Each part where model/placement.h puts it.
         p.weights_bytes = 0;
         auto add = [&](const ModelDesc::PartBytes& part, TensorRole role, uint32_t layer) {
@@ -417,10 +430,25 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
     } else {
         for (uint32_t il = 0; il < c.n_cpu_layers; ++il)
             p.weights_bytes -= model.layer_weight_bytes[il];
-        if (split)
+        if (p.split())
             for (uint32_t il = 0; il < c.n_cpu_layers; ++il)
                 p.host_weights_bytes += model.layer_weight_bytes[il];
     }
+}
+
+// The device's groups: what the budget's pool holds (a split's host groups
+// follow it, block for block).
+std::vector<KvGroupPlan> device_groups_of(const MemoryPlan& p) {
+    std::vector<KvGroupPlan> out;
+    for (const auto& g : p.kv_groups)
+        if (!g.on_host) out.push_back(g);
+    return out;
+}
+
+// 3. The KV layer groups, their blocks per sequence and the bytes of one
+// sequence of max_model_len.
+void size_kv_groups(MemoryPlan& p, const HParams& hp) {
+    const EngineConfig& c = p.config;
     p.kv_groups = kv_groups_for(hp, c);
     for (auto& g : p.kv_groups)
         g.max_blocks_per_seq =
@@ -431,20 +459,19 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
         p.kv_bytes_per_token = 0;
         for (const auto& g : p.kv_groups) p.kv_bytes_per_token += g.bytes_per_token;
     }
-    // The device's groups: what the budget's pool holds (a split's host
-    // groups follow it, block for block).
-    std::vector<KvGroupPlan> device_groups;
-    for (const auto& g : p.kv_groups)
-        if (!g.on_host) device_groups.push_back(g);
-    p.kv_bytes_per_seq =
-        kv_bytes_for_len(device_groups, c.max_model_len, c.block_size, c.max_num_batched_tokens);
+    p.kv_bytes_per_seq = kv_bytes_for_len(device_groups_of(p), c.max_model_len, c.block_size,
+                                          c.max_num_batched_tokens);
+}
+
+// 4. Activations (a split's CPU layers have an arena of their own, without
+// logits: the GPU computes them) and the runtime.
+void size_activations_and_runtime(MemoryPlan& p, const ModelDesc& model, const BudgetSpec& budget) {
+    const HParams& hp = model.hp;
+    const EngineConfig& c = p.config;
     p.activations = plan_activations(hp, c.max_num_batched_tokens, c.max_logit_rows, c.n_threads,
                                      c.device == "host");
-    // A split's CPU layers have an arena of their own (no logits: the GPU
-    // computes them).
-    if (split)
+    if (p.split())
         p.host_activations = plan_activations(hp, c.max_num_batched_tokens, 0, c.n_threads, true);
-
     p.runtime.thread_stacks_bytes = uint64_t{c.n_threads - 1} * ThreadPool::kWorkerStackBytes;
     p.runtime.device_context_bytes = budget.device_context_bytes;
     p.runtime.tokenizer_bytes = model.tokenizer_bytes;
@@ -454,43 +481,56 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
     p.runtime.sequences_bytes = uint64_t{c.max_num_seqs} *
                                 (uint64_t{c.max_model_len} * 4 +
                                  p.kv_groups.size() * div_ceil(c.max_model_len, c.block_size) * 4);
+}
 
-    // Demand: blocks for max_num_seqs sequences of max_model_len (the device's groups).
-    uint64_t demand_bytes = 0;
-    for (const auto& g : device_groups)
-        demand_bytes += uint64_t{c.max_num_seqs} * g.max_blocks_per_seq * g.block_bytes;
-    // What the budget holds besides the pool: everything on the CPU; on a
-    // GPU, what the device holds (the host's share is host memory).
-    const uint64_t fixed_bytes =
-        gpu ? p.weights_bytes + p.activations.device_bytes + p.runtime.device_bytes()
-            : p.weights_bytes + p.activations_bytes() + p.runtime.thread_stacks_bytes +
-                  p.runtime.tokenizer_bytes + p.runtime.metadata_bytes + p.runtime.sequences_bytes +
-                  p.runtime.step_view_bytes + p.runtime.device_context_bytes;
-    // Bytes the pool may take, counting each block's prefix-index entry.
-    uint64_t pool_bytes = 0;
-    if (budget.kv_cache_bytes > 0) {
-        pool_bytes = budget.kv_cache_bytes;
-    } else {
-        const auto total =
-            static_cast<uint64_t>(static_cast<double>(budget.device_bytes) * budget.mem_fraction);
-        p.budget_bytes = total;
-        if (total > fixed_bytes) {
-            uint64_t sum_block_bytes = 0;
-            for (const auto& g : device_groups) sum_block_bytes += g.block_bytes;
-            const uint64_t left = total - fixed_bytes;
-            // Leave room for the index (host memory, so not on a GPU): scale
-            // left by block/(block + index entry).
-            const double avg_block = static_cast<double>(sum_block_bytes) / device_groups.size();
-            const double index = gpu ? 0.0 : kPrefixIndexBytesPerBlock;
-            const auto usable =
-                static_cast<uint64_t>(static_cast<double>(left) * avg_block / (avg_block + index));
-            pool_bytes = std::min(usable, demand_bytes);
-        }
-    }
-    // Split the pool between groups in proportion to their demand, so that
-    // each group runs out at the same concurrency.
-    // A split's host groups take the blocks of the device's group of their
-    // kind (the same number of sequences), or the same share of their demand.
+// What the budget holds besides the pool: everything on the CPU; on a GPU,
+// what the device holds (the host's share is host memory).
+uint64_t fixed_bytes_of(const MemoryPlan& p) {
+    if (p.config.device != "host")
+        return p.weights_bytes + p.activations.device_bytes + p.runtime.device_bytes();
+    return p.weights_bytes + p.activations_bytes() + p.runtime.thread_stacks_bytes +
+           p.runtime.tokenizer_bytes + p.runtime.metadata_bytes + p.runtime.sequences_bytes +
+           p.runtime.step_view_bytes + p.runtime.device_context_bytes;
+}
+
+// Demand: blocks for max_num_seqs sequences of max_model_len (the device's groups).
+uint64_t demand_bytes_of(const MemoryPlan& p) {
+    uint64_t demand = 0;
+    for (const auto& g : device_groups_of(p))
+        demand += uint64_t{p.config.max_num_seqs} * g.max_blocks_per_seq * g.block_bytes;
+    return demand;
+}
+
+// 5. Bytes the pool may take: --kv-cache-memory, or what the budget leaves
+// after the fixed terms, counting each block's prefix-index entry, and no
+// more than the demand. Sets p.budget_bytes from the budget.
+uint64_t pool_bytes_for(MemoryPlan& p, const BudgetSpec& budget, uint64_t fixed_bytes,
+                        uint64_t demand_bytes) {
+    if (budget.kv_cache_bytes > 0) return budget.kv_cache_bytes;
+    const auto total =
+        static_cast<uint64_t>(static_cast<double>(budget.device_bytes) * budget.mem_fraction);
+    p.budget_bytes = total;
+    if (total <= fixed_bytes) return 0;
+    const std::vector<KvGroupPlan> device_groups = device_groups_of(p);
+    uint64_t sum_block_bytes = 0;
+    for (const auto& g : device_groups) sum_block_bytes += g.block_bytes;
+    const uint64_t left = total - fixed_bytes;
+    // Leave room for the index (host memory, so not on a GPU): scale left by
+    // block/(block + index entry).
+    const double avg_block = static_cast<double>(sum_block_bytes) / device_groups.size();
+    const double index = p.config.device != "host" ? 0.0 : kPrefixIndexBytesPerBlock;
+    const auto usable =
+        static_cast<uint64_t>(static_cast<double>(left) * avg_block / (avg_block + index));
+    return std::min(usable, demand_bytes);
+}
+
+// 6. The pool split between groups in proportion to their demand, so that
+// each group runs out at the same concurrency. A split's host groups take the
+// blocks of the device's group of their kind (the same number of sequences),
+// or the same share of their demand.
+void split_pool(MemoryPlan& p, const BudgetSpec& budget, uint64_t pool_bytes,
+                uint64_t demand_bytes) {
+    const EngineConfig& c = p.config;
     p.kv_cache_bytes = 0;
     uint64_t n_blocks_total = 0;
     const auto share_of = [&](const KvGroupPlan& g) {
@@ -515,8 +555,12 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
     }
     p.runtime.prefix_index_bytes = n_blocks_total * kPrefixIndexBytesPerBlock;
     if (budget.kv_cache_bytes > 0) p.budget_bytes = p.budgeted_bytes();
+}
 
-    // Capacities.
+// 7. Capacities: sequences at max_model_len, and the longest context for
+// max_num_seqs sequences.
+void size_capacities(MemoryPlan& p) {
+    const EngineConfig& c = p.config;
     p.max_num_seqs_at_max_model_len = UINT32_MAX;
     for (const auto& g : p.kv_groups)
         p.max_num_seqs_at_max_model_len = static_cast<uint32_t>(
@@ -539,90 +583,110 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
             hi = mid - 1;
     }
     p.max_model_len_at_max_num_seqs = static_cast<uint32_t>(std::min<uint64_t>(lo, UINT32_MAX));
+}
+
+// 8. A plan that does not fit: the refusal names the numbers and the fixes
+// (a shorter context, a smaller KV dtype, more memory, a smaller weight type).
+std::string refusal_for(MemoryPlan& p, const HParams& hp, const BudgetSpec& budget,
+                        uint64_t fixed_bytes) {
+    const EngineConfig& c = p.config;
+    const std::vector<KvGroupPlan> device_groups = device_groups_of(p);
+    const uint64_t kv_room = budget.kv_cache_bytes > 0      ? budget.kv_cache_bytes
+                             : p.budget_bytes > fixed_bytes ? p.budget_bytes - fixed_bytes
+                                                            : 0;
+    std::string msg;
+    if (budget.kv_cache_bytes == 0 && p.budget_bytes <= fixed_bytes) {
+        const DeviceTerms d = p.device_terms()[0];
+        msg = fmt::format(
+            "weights ({}), activations ({}) and runtime ({}) need {} but the budget is {} ({} "
+            "of {}): nothing is left for the KV cache",
+            format_bytes(d.weights_bytes), format_bytes(d.activations_bytes),
+            format_bytes(d.runtime_bytes), format_bytes(fixed_bytes), format_bytes(p.budget_bytes),
+            percent(budget.mem_fraction), format_bytes(budget.device_bytes));
+    } else {
+        msg = fmt::format("KV for {} tokens needs {}, the budget leaves {}", c.max_model_len,
+                          format_bytes(p.kv_bytes_per_seq), format_bytes(kv_room));
+    }
+    std::vector<std::string> fixes;
+    // Longest context one sequence can have in the room left.
+    uint64_t l_lo = 0, l_hi = c.max_model_len;
+    while (l_lo < l_hi) {
+        const uint64_t mid = (l_lo + l_hi + 1) / 2;
+        if (kv_bytes_for_len(device_groups, mid, c.block_size, c.max_num_batched_tokens) <= kv_room)
+            l_lo = mid;
+        else
+            l_hi = mid - 1;
+    }
+    const uint64_t fit_len = l_lo / c.block_size * c.block_size;
+    if (fit_len >= c.block_size) {
+        fixes.push_back(fmt::format("use --max-model-len {}", fit_len));
+        p.fit_len = static_cast<uint32_t>(fit_len);
+    }
+    if (c.kv_dtype != KvDtype::Q8_0 && kv_dtype_fits(hp, KvDtype::Q8_0)) {
+        EngineConfig q8 = c;
+        q8.kv_dtype = KvDtype::Q8_0;
+        auto groups = kv_groups_for(hp, q8);
+        std::erase_if(groups, [](const KvGroupPlan& g) { return g.on_host; });
+        for (auto& g : groups)
+            g.max_blocks_per_seq =
+                blocks_for(g, c.max_model_len, c.block_size, c.max_num_batched_tokens);
+        fixes.push_back(
+            fmt::format("--kv-dtype q8_0 ({})",
+                        format_bytes(kv_bytes_for_len(groups, c.max_model_len, c.block_size,
+                                                      c.max_num_batched_tokens))));
+    }
+    if (budget.kv_cache_bytes > 0) {
+        fixes.push_back(fmt::format("--kv-cache-memory {}", format_bytes(p.kv_bytes_per_seq)));
+    } else if (budget.device_bytes > 0) {
+        const double need = static_cast<double>(fixed_bytes + p.kv_bytes_per_seq) /
+                            static_cast<double>(budget.device_bytes);
+        if (need <= 0.98) fixes.push_back(fmt::format("--mem-fraction {:.2f}", need + 0.005));
+    }
+    if (p.weights_bytes > p.kv_bytes_per_seq / 4)
+        fixes.push_back("a smaller weight type (headroom plan --compare-quant)");
+    std::string fix_text;
+    for (size_t i = 0; i < fixes.size(); ++i) {
+        if (i) fix_text += ", or ";
+        fix_text += fixes[i];
+    }
+    return fix_text.empty() ? msg : msg + ": " + fix_text;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
+                       const BudgetSpec& budget) {
+    MemoryPlan p;
+    p.config = normalized(model, config_in);
+    p.budget_spec = budget;
+    size_weights(p, model);
+    size_kv_groups(p, model.hp);
+    size_activations_and_runtime(p, model, budget);
+    const uint64_t fixed_bytes = fixed_bytes_of(p);
+    const uint64_t demand_bytes = demand_bytes_of(p);
+    split_pool(p, budget, pool_bytes_for(p, budget, fixed_bytes, demand_bytes), demand_bytes);
+    size_capacities(p);
 
     p.fits = p.max_num_seqs_at_max_model_len >= 1 &&
              (budget.kv_cache_bytes > 0 || p.budgeted_bytes() <= p.budget_bytes);
     // A split's host share must fit host memory too.
     const uint64_t host_room =
         static_cast<uint64_t>(static_cast<double>(budget.host_bytes) * budget.mem_fraction);
-    if (p.fits && split && budget.host_bytes > 0 && p.device_terms()[1].total_bytes() > host_room) {
+    if (p.fits && p.split() && budget.host_bytes > 0 &&
+        p.device_terms()[1].total_bytes() > host_room) {
         p.fits = false;
         p.host_short = true;
         p.refusal = fmt::format(
             "the {} layers on the CPU need {} of host memory ({} weights, {} KV, {} activations "
             "and runtime) but {} of the host's {} is {}: put more layers on the GPU (a larger "
             "--n-gpu-layers)",
-            c.n_cpu_layers, format_bytes(p.device_terms()[1].total_bytes()),
+            p.config.n_cpu_layers, format_bytes(p.device_terms()[1].total_bytes()),
             format_bytes(p.host_weights_bytes), format_bytes(p.host_kv_cache_bytes),
             format_bytes(p.device_terms()[1].activations_bytes + p.device_terms()[1].runtime_bytes),
             percent(budget.mem_fraction), format_bytes(budget.host_bytes), format_bytes(host_room));
         return p;
     }
-    if (!p.fits) {
-        const uint64_t kv_room =
-            budget.kv_cache_bytes > 0
-                ? budget.kv_cache_bytes
-                : (p.budget_bytes > fixed_bytes ? p.budget_bytes - fixed_bytes : 0);
-        std::string msg;
-        if (budget.kv_cache_bytes == 0 && p.budget_bytes <= fixed_bytes) {
-            const DeviceTerms d = p.device_terms()[0];
-            msg = fmt::format(
-                "weights ({}), activations ({}) and runtime ({}) need {} but the budget is {} ({} "
-                "of {}): nothing is left for the KV cache",
-                format_bytes(d.weights_bytes), format_bytes(d.activations_bytes),
-                format_bytes(d.runtime_bytes), format_bytes(fixed_bytes),
-                format_bytes(p.budget_bytes), percent(budget.mem_fraction),
-                format_bytes(budget.device_bytes));
-        } else {
-            msg = fmt::format("KV for {} tokens needs {}, the budget leaves {}", c.max_model_len,
-                              format_bytes(p.kv_bytes_per_seq), format_bytes(kv_room));
-        }
-        std::vector<std::string> fixes;
-        // Longest context one sequence can have in the room left.
-        uint64_t l_lo = 0, l_hi = c.max_model_len;
-        while (l_lo < l_hi) {
-            const uint64_t mid = (l_lo + l_hi + 1) / 2;
-            if (kv_bytes_for_len(device_groups, mid, c.block_size, c.max_num_batched_tokens) <=
-                kv_room)
-                l_lo = mid;
-            else
-                l_hi = mid - 1;
-        }
-        const uint64_t fit_len = l_lo / c.block_size * c.block_size;
-        if (fit_len >= c.block_size) {
-            fixes.push_back(fmt::format("use --max-model-len {}", fit_len));
-            p.fit_len = static_cast<uint32_t>(fit_len);
-        }
-        if (c.kv_dtype != KvDtype::Q8_0) {
-            EngineConfig q8 = c;
-            q8.kv_dtype = KvDtype::Q8_0;
-            try {
-                auto groups = kv_groups_for(hp, q8);
-                std::erase_if(groups, [](const KvGroupPlan& g) { return g.on_host; });
-                for (auto& g : groups)
-                    g.max_blocks_per_seq =
-                        blocks_for(g, c.max_model_len, c.block_size, c.max_num_batched_tokens);
-                fixes.push_back(
-                    fmt::format("--kv-dtype q8_0 ({})",
-                                format_bytes(kv_bytes_for_len(groups, c.max_model_len, c.block_size,
-                                                              c.max_num_batched_tokens))));
-            } catch (const Error&) {
-            }
-        }
-        if (budget.kv_cache_bytes > 0) {
-            fixes.push_back(fmt::format("--kv-cache-memory {}", format_bytes(p.kv_bytes_per_seq)));
-        } else if (budget.device_bytes > 0) {
-            const double need = static_cast<double>(fixed_bytes + p.kv_bytes_per_seq) /
-                                static_cast<double>(budget.device_bytes);
-            if (need <= 0.98) fixes.push_back(fmt::format("--mem-fraction {:.2f}", need + 0.005));
-        }
-        if (p.weights_bytes > p.kv_bytes_per_seq / 4)
-            fixes.push_back("a smaller weight type (headroom plan --compare-quant)");
-        std::string fix_text;
-        for (size_t i = 0; i < fixes.size(); ++i)
-            fix_text += (i == 0 ? "" : (i + 1 == fixes.size() ? ", or " : ", or ")) + fixes[i];
-        p.refusal = fix_text.empty() ? msg : msg + ": " + fix_text;
-    }
+    if (!p.fits) p.refusal = refusal_for(p, model.hp, budget, fixed_bytes);
     return p;
 }
 

@@ -223,6 +223,10 @@ uint64_t step_view_words(const EngineConfig& config, uint64_t n_groups);
 // KV is host memory, reported apart).
 std::vector<KvGroupPlan> kv_groups_for(const HParams& hp, const EngineConfig& config);
 
+// Whether the model's cached rows (keys and values, or MLA's latent) fit the
+// blocks of `dtype`: what kv_groups_for checks before it sizes anything.
+bool kv_dtype_fits(const HParams& hp, KvDtype dtype);
+
 // Resolves defaults and computes every term. Never throws for a configuration
 // that does not fit: `fits` is false and `refusal` says why and what to change.
 // Throws headroom::Error for an invalid configuration (zero block size...).

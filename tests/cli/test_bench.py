@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""`headroom bench --json` on SmolLM2: the fields tools read, the bytes one
-decode step reads counted by hand from the gguf PyPI package's view of the
-file (every layer matrix and the output once, one embedding row, and the
-sequence's f16 K and V), each repetition's bandwidth fraction recomputed from
-its own numbers, and the refusals of nothing to measure."""
+"""`headroom bench --json` on SmolLM2. Independent: the bytes one decode step
+reads, counted by hand from the gguf PyPI package's view of the file (every
+layer matrix and the output once, one embedding row, and the sequence's f16 K
+and V). Consistency checks (the program against its own numbers): the fields
+tools read, the means of the runs and each repetition's bandwidth fraction
+recomputed from its own output. And the refusals of nothing to measure."""
 import json
 import math
 import os

@@ -81,7 +81,8 @@ TEST(PrefixSharing, SecondRequestComputesOnlyItsSuffix) {
     // 1000 shared tokens are 62 full blocks of 16 (992 tokens); B computes the rest.
     EXPECT_EQ(b.cached, 992u);
     EXPECT_EQ(b.computed, b.n_prompt - 992);
-    EXPECT_LT(b.ttft_s, a.ttft_s);
+    // The computed-token counts prove the reuse; the times above are printed
+    // for people, not compared (the machine is shared and noisy).
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """64 concurrent streaming clients (the openai package, one thread each) against
 a tiny random model: every stream completes with the tokens it asked for, and
-/metrics, parsed by prometheus_client, moved by exactly what the clients sent
-and received (requests, prompt and generated tokens, prefix-cache hits, latency
-observations); /v1/memory agrees with /metrics."""
+/metrics, parsed by prometheus_client, moved by exactly what the clients
+received. The chat phase is a consistency check: its prompt-token and
+prefix-hit deltas are the server's own usage fields summed. The completion
+phase is independent: its prompts are token ids whose count the test knows,
+so prompt_tokens and /metrics must both equal what was sent. /v1/memory
+agrees with /metrics."""
 import os
 import sys
 import time
@@ -108,6 +111,27 @@ with Server(["-m", model, "--kv-cache-memory", "16MiB", "--max-num-seqs", "64", 
         fail_if(values != sorted(values), f"{name}: buckets not cumulative {buckets}")
         fail_if(buckets[-1][0] != "+Inf" or buckets[-1][1] != after[name + "_count"],
                 f"{name}: +Inf bucket {buckets[-1]} != count {after[name + '_count']}")
+
+    # Independent of the server's accounting: prompts of known token ids.
+    lengths = [10 + i for i in range(8)]
+    before_ids, _ = server.metrics()
+
+    def by_ids(i):
+        r = client.completions.create(model="tiny", prompt=[200 + 7 * i + k for k in range(lengths[i])],
+                                      max_tokens=4, temperature=0, extra_body={"ignore_eos": True})
+        return r.usage
+
+    with ThreadPoolExecutor(8) as pool:
+        usages = list(pool.map(by_ids, range(8)))
+    for i, u in enumerate(usages):
+        fail_if(u.prompt_tokens != lengths[i] or u.completion_tokens != 4,
+                f"prompt of {lengths[i]} ids: usage {u}")
+    after_ids, _ = server.metrics()
+    sent = after_ids["headroom_prompt_tokens_total"] - before_ids.get("headroom_prompt_tokens_total", 0)
+    made = after_ids["headroom_generation_tokens_total"] - before_ids.get("headroom_generation_tokens_total", 0)
+    fail_if(sent != sum(lengths), f"prompt tokens moved by {sent}, {sum(lengths)} were sent")
+    fail_if(made != 8 * 4, f"generation tokens moved by {made}, expected {8 * 4}")
+    after = after_ids
 
     status, memory = server.request("GET", "/v1/memory")
     fail_if(status != 200, f"/v1/memory {status}")

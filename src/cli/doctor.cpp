@@ -72,12 +72,10 @@ void add_planner_sizes(doctor::ModelFacts& m, const PlanModel& pm) {
     for (const auto& t : weight_types()) {
         if (!t.candidate) continue;
         if (t.type == WeightType::MXFP4 && pm.desc.hp.n_expert == 0) continue;
-        try {
-            m.weight_bytes_as.emplace_back(std::string(t.name),
-                                           requantized(pm, t.type).desc.weight_bytes);
-        } catch (const Error&) {
-            // A format that cannot hold this model's shapes (e.g. AWQ groups): not offered.
-        }
+        // A format that cannot hold this model's shapes (e.g. AWQ groups) is not offered.
+        if (!weight_type_holds(pm.tensors, t.type)) continue;
+        m.weight_bytes_as.emplace_back(std::string(t.name),
+                                       requantized(pm, t.type).desc.weight_bytes);
     }
 }
 

@@ -520,11 +520,9 @@ std::vector<Suggestion> fit_search(const PlanModel& model, const Device& device,
             if (!device.gpu && !t.gguf) continue;
             if (t.type == WeightType::MXFP4 && model.desc.hp.n_expert == 0) continue;
             if (model.weight_type && t.type == *model.weight_type) continue;
-            try {
-                PlanModel q = requantized(model, t.type);
-                if (q.desc.weight_bytes < model.desc.weight_bytes) models.push_back(std::move(q));
-            } catch (const Error&) {
-            }
+            if (!weight_type_holds(model.tensors, t.type)) continue;
+            PlanModel q = requantized(model, t.type);
+            if (q.desc.weight_bytes < model.desc.weight_bytes) models.push_back(std::move(q));
         }
     }
 
@@ -668,18 +666,16 @@ std::vector<QuantRow> compare_quant(const PlanModel& model, const Device& device
                                 WeightType::MXFP4};
     for (WeightType t : order) {
         if (t == WeightType::MXFP4 && model.desc.hp.n_expert == 0) continue;
-        try {
-            QuantRow r;
-            r.type = t;
-            r.label = std::string(info(t).label);
-            r.bits = std::string(info(t).bits);
-            r.model = requantized(model, t);
-            r.plan = evaluate(r.model, device, settings);
-            fill_needed(r, device, settings);
-            rows.push_back(std::move(r));
-        } catch (const Error&) {
-            // A format that cannot hold this model's shapes (e.g. AWQ groups).
-        }
+        // A format that cannot hold this model's shapes (e.g. AWQ groups) is not offered.
+        if (!weight_type_holds(model.tensors, t)) continue;
+        QuantRow r;
+        r.type = t;
+        r.label = std::string(info(t).label);
+        r.bits = std::string(info(t).bits);
+        r.model = requantized(model, t);
+        r.plan = evaluate(r.model, device, settings);
+        fill_needed(r, device, settings);
+        rows.push_back(std::move(r));
     }
     return rows;
 }

@@ -190,6 +190,13 @@ WeightType checkpoint_weight_type(const ModelShape& shape) {
     return WeightType::BF16;
 }
 
+bool weight_type_holds(const std::vector<WeightTensor>& tensors, WeightType type) {
+    if (type != WeightType::AWQ && type != WeightType::GPTQ) return true;
+    return std::all_of(tensors.begin(), tensors.end(), [](const WeightTensor& t) {
+        return !hf_linear(t) || t.n_cols % kGroupSize == 0;
+    });
+}
+
 WeightEstimate estimate_weights(const std::vector<WeightTensor>& tensors, const HParams& hp,
                                 WeightType type) {
     const WeightTypeInfo& ti = info(type);

@@ -97,6 +97,10 @@ struct WeightEstimate {
     }
 };
 
+// Whether `type` can hold every tensor: AWQ and GPTQ need each quantized
+// matrix's inputs to be a multiple of their group (128); the rest hold any.
+bool weight_type_holds(const std::vector<WeightTensor>& tensors, WeightType type);
+
 // `hp` supplies n_layer, n_head/n_head_kv (70B and 8-expert rules) and
 // n_expert. Throws headroom::Error for a tensor a 4-bit group format cannot
 // hold (rows not a multiple of its group).

@@ -273,6 +273,7 @@ void micro_panel(const uint8_t* panel, int64_t b0, int64_t nb, const Tok* tok, i
     using F = typename V::F;
     constexpr uint64_t vb = V::kBytes;
     constexpr uint64_t stride = panel_block_bytes<V>(T);
+    constexpr PanelLayout L = panel_layout(T);
     F acc[NR];
     load_acc<V, NR>(acc, tok, n_valid, first);
     for (int64_t b = 0; b < nb; ++b, panel += stride) {
@@ -283,27 +284,27 @@ void micro_panel(const uint8_t* panel, int64_t b0, int64_t nb, const Tok* tok, i
             for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
             for (int s = 0; s < 8; ++s) {
                 for (int k = 0; k < 8; ++k) w[k] = V::load(panel + (8 * s + k) * vb);
-                sub_q45<V, NR, kI16, T == TensorType::Q5_K>(w, V::load(panel + (64 + s) * vb), tok,
-                                                            blk, s, S, Sl);
+                sub_q45<V, NR, kI16, T == TensorType::Q5_K>(w, V::load(panel + (L.scales + s) * vb),
+                                                            tok, blk, s, S, Sl);
             }
-            for (int j = 0; j < 4; ++j) mp[j] = V::load(panel + (72 + j) * vb);
+            for (int j = 0; j < 4; ++j) mp[j] = V::load(panel + (L.mins + j) * vb);
             finish_q45<V, NR, kI16>(
-                S, Sl, mp, V::fload(reinterpret_cast<const float*>(panel + 76 * vb)),
-                V::fload(reinterpret_cast<const float*>(panel + 77 * vb)), tok, blk, acc);
+                S, Sl, mp, V::fload(reinterpret_cast<const float*>(panel + L.d * vb)),
+                V::fload(reinterpret_cast<const float*>(panel + L.m * vb)), tok, blk, acc);
         } else if constexpr (T == TensorType::Q6_K) {
             I S[NR], Sl[NR];
             for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
             for (int s = 0; s < 16; ++s) {
                 for (int k = 0; k < 4; ++k) w[k] = V::load(panel + (4 * s + k) * vb);
-                sub_q6<V, NR, kI16>(w, V::load(panel + (64 + s) * vb), tok, blk, s, S, Sl);
+                sub_q6<V, NR, kI16>(w, V::load(panel + (L.scales + s) * vb), tok, blk, s, S, Sl);
             }
-            finish_q6<V, NR, kI16>(S, Sl, V::fload(reinterpret_cast<const float*>(panel + 80 * vb)),
-                                   tok, blk, acc);
+            finish_q6<V, NR, kI16>(
+                S, Sl, V::fload(reinterpret_cast<const float*>(panel + L.d * vb)), tok, blk, acc);
         } else {
             constexpr bool kMin = Read32<V, T>::kMin;
             for (int k = 0; k < 8; ++k) w[k] = V::load(panel + k * vb);
-            const F dw = V::fload(reinterpret_cast<const float*>(panel + 8 * vb));
-            const F mw = kMin ? V::fload(reinterpret_cast<const float*>(panel + 9 * vb)) : dw;
+            const F dw = V::fload(reinterpret_cast<const float*>(panel + L.d * vb));
+            const F mw = kMin ? V::fload(reinterpret_cast<const float*>(panel + L.m * vb)) : dw;
             block_32<V, T, NR, kI16>(w, dw, mw, tok, blk, acc);
         }
     }

@@ -481,22 +481,37 @@ struct ReadQ6K {
 
 // ---- panels ---------------------------------------------------------------
 
+// One packed panel block, in vectors of V::kBytes: the weights from vector
+// 0, then the scales, the min pairs (Q4_K, Q5_K), d, and m (dmin of the K
+// types, the min of Q4_1 and Q5_1). pack_panel writes this layout and the
+// GEMM's micro_panel reads it.
+//   Q4_K, Q5_K  64 weight vectors, 8 scale, 4 min-pair, d, dmin   (78)
+//   Q6_K        64 weight vectors, 16 scale, d                    (81)
+//   Q4_1, Q5_1  8 weight vectors, d, m                            (10)
+//   others      8 weight vectors, d                               (9)
+struct PanelLayout {
+    uint32_t scales, mins, d, m, n_vectors;
+};
+
+constexpr PanelLayout panel_layout(TensorType t) {
+    switch (t) {
+        case TensorType::Q4_K:
+        case TensorType::Q5_K:
+            return {64, 72, 76, 77, 78};
+        case TensorType::Q6_K:
+            return {64, 0, 80, 0, 81};
+        case TensorType::Q4_1:
+        case TensorType::Q5_1:
+            return {0, 0, 8, 9, 10};
+        default:
+            return {0, 0, 8, 0, 9};
+    }
+}
+
 // Bytes of one packed panel block.
 template <class V>
 constexpr uint64_t panel_block_bytes(TensorType t) {
-    constexpr uint64_t vb = 4 * V::kLanes;
-    switch (t) {
-        case TensorType::Q4_1:
-        case TensorType::Q5_1:
-            return 10 * vb;
-        case TensorType::Q4_K:
-        case TensorType::Q5_K:
-            return (64 + 8 + 4 + 2) * vb;
-        case TensorType::Q6_K:
-            return (64 + 16 + 1) * vb;
-        default:
-            return 9 * vb;
-    }
+    return panel_layout(t).n_vectors * V::kBytes;
 }
 
 // Blocks [b0, b0 + nb) of a row group into a panel.
@@ -505,6 +520,7 @@ void pack_panel(const Src& src, int64_t b0, int64_t nb, uint8_t* panel) {
     using I = typename V::I;
     using F = typename V::F;
     constexpr uint64_t vb = V::kBytes;
+    constexpr PanelLayout L = panel_layout(T);
     for (int64_t b = b0; b < b0 + nb; ++b, panel += panel_block_bytes<V>(T)) {
         if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
             using R = ReadQ45K<V, T == TensorType::Q5_K>;
@@ -515,10 +531,10 @@ void pack_panel(const Src& src, int64_t b0, int64_t nb, uint8_t* panel) {
                 for (int k = 0; k < 16; ++k) V::store(panel + (16 * c + k) * vb, w[k]);
             }
             R::scales(src, b, sc, mp, d, dmin);
-            for (int s = 0; s < 8; ++s) V::store(panel + (64 + s) * vb, sc[s]);
-            for (int j = 0; j < 4; ++j) V::store(panel + (72 + j) * vb, mp[j]);
-            V::fstore(reinterpret_cast<float*>(panel + 76 * vb), d);
-            V::fstore(reinterpret_cast<float*>(panel + 77 * vb), dmin);
+            for (int s = 0; s < 8; ++s) V::store(panel + (L.scales + s) * vb, sc[s]);
+            for (int j = 0; j < 4; ++j) V::store(panel + (L.mins + j) * vb, mp[j]);
+            V::fstore(reinterpret_cast<float*>(panel + L.d * vb), d);
+            V::fstore(reinterpret_cast<float*>(panel + L.m * vb), dmin);
         } else if constexpr (T == TensorType::Q6_K) {
             using R = ReadQ6K<V>;
             I w[16], sc[16];
@@ -534,16 +550,16 @@ void pack_panel(const Src& src, int64_t b0, int64_t nb, uint8_t* panel) {
                 }
             }
             R::scales(src, b, sc, d);
-            for (int s = 0; s < 16; ++s) V::store(panel + (64 + s) * vb, sc[s]);
-            V::fstore(reinterpret_cast<float*>(panel + 80 * vb), d);
+            for (int s = 0; s < 16; ++s) V::store(panel + (L.scales + s) * vb, sc[s]);
+            V::fstore(reinterpret_cast<float*>(panel + L.d * vb), d);
         } else {
             using R = Read32<V, T>;
             I w[8];
             F d, m;
             R::read(src, b, w, d, m);
             for (int k = 0; k < 8; ++k) V::store(panel + k * vb, w[k]);
-            V::fstore(reinterpret_cast<float*>(panel + 8 * vb), d);
-            if constexpr (R::kMin) V::fstore(reinterpret_cast<float*>(panel + 9 * vb), m);
+            V::fstore(reinterpret_cast<float*>(panel + L.d * vb), d);
+            if constexpr (R::kMin) V::fstore(reinterpret_cast<float*>(panel + L.m * vb), m);
         }
     }
 }

@@ -5,8 +5,8 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "model/model-table.h"
 #include "model/registry.h"
+#include "shape/model-table.h"
 
 namespace headroom::cli {
 

@@ -18,8 +18,8 @@
 #include "core/units.h"
 #include "memory/planner.h"
 #include "memory/report.h"
-#include "model/model-table.h"
 #include "model/registry.h"
+#include "shape/model-table.h"
 #if HEADROOM_VULKAN
 #include "kernels/vulkan/vk-context.h"
 #endif

@@ -20,7 +20,7 @@
 #include "memory/device-table.h"
 #include "memory/terms.h"
 #include "memory/weight-estimate.h"
-#include "model/model-shape.h"
+#include "shape/model-shape.h"
 
 namespace headroom {
 

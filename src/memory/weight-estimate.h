@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "model/hparams.h"
-#include "model/model-shape.h"
 #include "model/quant-mix.h"
+#include "shape/model-shape.h"
 
 namespace headroom {
 

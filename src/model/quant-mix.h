@@ -22,7 +22,7 @@
 
 #include "format/tensor-type.h"
 #include "model/hparams.h"
-#include "model/model-shape.h"
+#include "shape/model-shape.h"
 
 namespace headroom {
 

@@ -13,7 +13,7 @@
 #include "format/gguf-writer.h"
 #include "kernels/cpu/ref/quant.h"
 #include "model/hparams.h"
-#include "model/model-shape.h"
+#include "shape/model-shape.h"
 
 namespace headroom {
 

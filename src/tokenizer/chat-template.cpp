@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/strings.h"
-#include "tokenizer/jinja-parser.h"
+#include "tokenizer/jinja/parser.h"
 
 namespace headroom {
 

@@ -1,7 +1,7 @@
 // Chat templates turn a conversation into the exact prompt text a model was
 // trained on. A GGUF carries the model's own template as Jinja source
 // (tokenizer.chat_template), written for Hugging Face transformers, so
-// headroom runs it with a Jinja interpreter (jinja-*.h) that reproduces
+// headroom runs it with a Jinja interpreter (tokenizer/jinja/) that reproduces
 // transformers' rendering byte for byte: jinja2's sandbox with trim_blocks
 // and lstrip_blocks, its tojson, raise_exception and strftime_now, and the
 // variables apply_chat_template passes (messages, add_generation_prompt,
@@ -25,7 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/gguf-reader.h"
-#include "tokenizer/jinja-interpreter.h"
+#include "tokenizer/jinja/interpreter.h"
 
 namespace headroom {
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "model/model-table.h"
+#include "shape/model-table.h"
 
 namespace headroom {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "tokenizer/jinja-interpreter.h"
+#include "tokenizer/jinja/interpreter.h"
 
 namespace headroom::jinja {
 

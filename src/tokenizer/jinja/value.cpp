@@ -1,11 +1,11 @@
-#include "tokenizer/jinja-value.h"
+#include "tokenizer/jinja/value.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 
 #include "core/error.h"
-#include "tokenizer/jinja-strings.h"
+#include "tokenizer/jinja/strings.h"
 
 namespace headroom::jinja {
 

@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "tokenizer/jinja-builtins.h"
-#include "tokenizer/jinja-strings.h"
+#include "tokenizer/jinja/builtins.h"
+#include "tokenizer/jinja/strings.h"
 
 namespace headroom::jinja {
 

@@ -1,9 +1,9 @@
-#include "tokenizer/jinja-parser.h"
+#include "tokenizer/jinja/parser.h"
 
 #include <initializer_list>
 
 #include "core/error.h"
-#include "tokenizer/jinja-lexer.h"
+#include "tokenizer/jinja/lexer.h"
 
 namespace headroom::jinja {
 

@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja-interpreter.h"
-#include "tokenizer/jinja-value.h"
+#include "tokenizer/jinja/interpreter.h"
+#include "tokenizer/jinja/value.h"
 
 namespace headroom::jinja {
 

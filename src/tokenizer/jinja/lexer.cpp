@@ -1,10 +1,10 @@
-#include "tokenizer/jinja-lexer.h"
+#include "tokenizer/jinja/lexer.h"
 
 #include <array>
 #include <cmath>
 
 #include "core/error.h"
-#include "tokenizer/jinja-strings.h"
+#include "tokenizer/jinja/strings.h"
 
 namespace headroom::jinja {
 

@@ -1,9 +1,9 @@
-#include "tokenizer/jinja-interpreter.h"
+#include "tokenizer/jinja/interpreter.h"
 
 #include <exception>
 
 #include "core/error.h"
-#include "tokenizer/jinja-builtins.h"
+#include "tokenizer/jinja/builtins.h"
 
 namespace headroom::jinja {
 

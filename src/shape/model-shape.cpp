@@ -1,4 +1,4 @@
-#include "model/model-shape.h"
+#include "shape/model-shape.h"
 
 #include <fmt/format.h>
 

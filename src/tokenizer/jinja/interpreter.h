@@ -26,8 +26,8 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja-ast.h"
-#include "tokenizer/jinja-value.h"
+#include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/value.h"
 
 namespace headroom::jinja {
 

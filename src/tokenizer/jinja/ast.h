@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja-value.h"
+#include "tokenizer/jinja/value.h"
 
 namespace headroom::jinja {
 

@@ -5,9 +5,9 @@
 #include <limits>
 
 #include "core/error.h"
-#include "tokenizer/jinja-args.h"
-#include "tokenizer/jinja-builtins.h"
-#include "tokenizer/jinja-strings.h"
+#include "tokenizer/jinja/args.h"
+#include "tokenizer/jinja/builtins.h"
+#include "tokenizer/jinja/strings.h"
 
 namespace headroom::jinja {
 

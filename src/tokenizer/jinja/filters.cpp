@@ -4,9 +4,9 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "tokenizer/jinja-args.h"
-#include "tokenizer/jinja-builtins.h"
-#include "tokenizer/jinja-strings.h"
+#include "tokenizer/jinja/args.h"
+#include "tokenizer/jinja/builtins.h"
+#include "tokenizer/jinja/strings.h"
 
 namespace headroom::jinja {
 

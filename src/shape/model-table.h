@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/model-shape.h"
+#include "shape/model-shape.h"
 
 namespace headroom {
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string_view>
 
-#include "tokenizer/jinja-ast.h"
+#include "tokenizer/jinja/ast.h"
 
 namespace headroom::jinja {
 

@@ -1,4 +1,4 @@
-#include "tokenizer/jinja-strings.h"
+#include "tokenizer/jinja/strings.h"
 
 #include <algorithm>
 #include <charconv>

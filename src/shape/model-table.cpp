@@ -1,4 +1,4 @@
-#include "model/model-table.h"
+#include "shape/model-table.h"
 #include "core/strings.h"
 
 #include <cctype>

@@ -80,6 +80,11 @@ void keep(std::vector<T>& list, T entry) {
     if (list.size() < Readings::kMaxEntries) list.push_back(std::move(entry));
 }
 
+// A GPU row whose numbers can be true: some total, no more used than that.
+void keep_gpu(Readings& r, const Readings::Gpu& g) {
+    if (g.total > 0 && g.used <= g.total) keep(r.gpus, g);
+}
+
 // "12799MiB / 16280MiB" anywhere in the line: the used and total of a GPU.
 bool used_of_total(std::string_view lower, uint64_t& used, uint64_t& total) {
     for (size_t at = lower.find('/'); at != std::string_view::npos; at = lower.find('/', at + 1)) {
@@ -165,7 +170,7 @@ bool read_csv_row(const Line& l, Readings& r) {
     g.used = *used;
     g.total = *total;
     g.source = "nvidia-smi";
-    keep(r.gpus, g);
+    keep_gpu(r, g);
     return true;
 }
 
@@ -185,8 +190,9 @@ bool read_gpustat(const Line& l, Readings& r) {
     const size_t slash = mem.find('/');
     const auto total = slash == std::string_view::npos ? std::nullopt : quantity_at(mem, slash + 1);
     if (!used_mb || !total || trim(mem.substr(used_end, slash - used_end)) != "") return false;
+    if (*used_mb >= (1ull << 40)) return false;
     const uint64_t used = *used_mb << 20;
-    keep(r.gpus, Readings::Gpu{l.number, index, used, total->bytes, "gpustat"});
+    keep_gpu(r, Readings::Gpu{l.number, index, used, total->bytes, "gpustat"});
     if (fields.size() < 4) return true;
     // Processes: "user:name/pid(usedM)", separated by spaces.
     const std::vector<std::string_view> tw = words(trim(split(trim(l.text), '|')[3]));
@@ -197,7 +203,7 @@ bool read_gpustat(const Line& l, Readings& r) {
             continue;
         const auto pid = whole_integer(w.substr(slash + 1, open - slash - 1));
         const auto mib = whole_integer(w.substr(open + 1, w.size() - open - 3));
-        if (!pid || !mib) continue;
+        if (!pid || !mib || *mib >= (1ull << 40)) continue;
         Readings::Process p;
         p.line = l.number;
         p.gpu = index;
@@ -253,7 +259,7 @@ bool read_summary(const Line& l, Readings& r) {
     take(s.reserved, summary_current(l, "gpu reserved memory"));
     take(s.non_releasable, summary_current(l, "non-releasable memory"));
     r.block_line = l.number;
-    return took || l.lower.find('|') != std::string_view::npos;
+    return took;  // other rows of the table fall through to the other readers
 }
 
 // llama.cpp's "<device> model|KV|compute buffer size = X" lines, summed per device.
@@ -287,6 +293,11 @@ bool read_ggml_buffer(const Line& l, Readings& r) {
         r.buffers.push_back({l.number, std::string(device), 0, 0, 0});
         b = &r.buffers.back();
     }
+    // Weights again after the device's KV or compute: the model was loaded
+    // anew (a runner restarted); the later load is the one that counts.
+    const bool weights = lower_term != "kv" && lower_term != "compute" && lower_term != "output" &&
+                         lower_term != "input";
+    if (weights && (b->kv || b->compute)) b->weights = b->kv = b->compute = 0;
     b->line = l.number;
     if (lower_term == "kv")
         b->kv += *bytes;
@@ -317,7 +328,7 @@ bool read_llama_device(const Line& l, Readings& r) {
     g.used = total->bytes - free->bytes;
     g.total = total->bytes;
     g.source = "llama.cpp --list-devices";
-    keep(r.gpus, g);
+    keep_gpu(r, g);
     return true;
 }
 
@@ -397,7 +408,7 @@ bool read_readings(const Line& l, Readings& r) {
         const std::vector<std::string_view> w = words(cells[0]);
         if (w.size() >= 2 && whole_integer(w[0]) && w[1][0] >= 'a' && w[1][0] <= 'z') {
             r.smi_gpu = whole_integer(w[0]);
-            if (r.block == Block::None) r.block = Block::SmiGpus;
+            if (r.block == Block::None || r.block == Block::Summary) r.block = Block::SmiGpus;
             return true;
         }
     }
@@ -405,7 +416,7 @@ bool read_readings(const Line& l, Readings& r) {
         for (std::string_view cell : cells) {
             uint64_t used = 0, total = 0;
             if (used_of_total(cell, used, total)) {
-                keep(r.gpus, Readings::Gpu{l.number, r.smi_gpu, used, total, "nvidia-smi"});
+                keep_gpu(r, Readings::Gpu{l.number, r.smi_gpu, used, total, "nvidia-smi"});
                 return true;
             }
         }

@@ -68,12 +68,13 @@ const Readings::TorchSummary* nearest_summary(const Readings& r, uint64_t line) 
 }
 
 // The GPU a finding failed on: the one its message names, else the only one
-// the readings show.
+// the readings show; none when the message names a GPU no reading shows.
 const Readings::Gpu* gpu_of(const Readings& r, const Finding& f) {
     if (r.gpus.empty()) return nullptr;
     if (const auto d = device_in(f.message)) {
         for (const auto& g : r.gpus)
-            if (g.index == d) return &g;
+            if (g.index == d || !g.index) return &g;
+        return nullptr;
     }
     for (const auto& g : r.gpus)
         if (g.index != r.gpus.front().index) return nullptr;
@@ -183,9 +184,8 @@ void weigh_readings(Finding& f, Evidence& e, const Readings& r) {
         }
         f.evidence.push_back(sentence);
     }
-    if (const auto* g = gpu_of(r, f)) {
-        if (!e.host_memory && !n.total && !e.context.device_total_bytes)
-            e.context.device_total_bytes = g->total;
+    if (const auto* g = e.host_memory ? nullptr : gpu_of(r, f)) {
+        if (!n.total && !e.context.device_total_bytes) e.context.device_total_bytes = g->total;
         e.has_gpu_reading = true;
         std::string sentence = gpu_sentence(r, *g);
         if (n.requested && g->total - g->used >= *n.requested)

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -21,13 +22,18 @@ std::vector<TensorType> choose_tensor_types(const gguf::GgufFile& in, const Quan
     const std::vector<WeightTensor> inventory = tensor_inventory(in);
     std::vector<TensorType> types =
         choose_tensor_types(inventory, read_hparams(in, false), opt.recipe);
+    // Tied embeddings are the output matrix too: --output-type sets them, as
+    // llama.cpp's --output-tensor-type does (else --embedding-type).
+    const bool tied = std::none_of(inventory.begin(), inventory.end(),
+                                   [](const WeightTensor& t) { return t.name == "output.weight"; });
     for (size_t i = 0; i < types.size(); ++i) {
         const WeightTensor& t = inventory[i];
         if (!t.is_matrix()) continue;
-        if (t.name == "token_embd.weight" && opt.embedding_type)
-            types[i] = fit_type_to_row(*opt.embedding_type, t.n_cols);
-        if (t.name == "output.weight" && opt.output_type)
-            types[i] = fit_type_to_row(*opt.output_type, t.n_cols);
+        const bool output = t.name == "output.weight" || (tied && t.name == "token_embd.weight");
+        std::optional<TensorType> want;
+        if (output) want = opt.output_type;
+        if (!want && t.name == "token_embd.weight") want = opt.embedding_type;
+        if (want) types[i] = fit_type_to_row(*want, t.n_cols);
     }
     return types;
 }

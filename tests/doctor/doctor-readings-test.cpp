@@ -259,5 +259,40 @@ TEST(Readings, NvidiaSmiNamesWhoHoldsTheFailingGpu) {
         EXPECT_EQ(x.command.find("--query-compute-apps"), std::string::npos);
 }
 
+// A table right after a memory summary is still read (the summary's block
+// takes only its own rows), and a row claiming more used than total is not.
+TEST(Readings, TablesAfterASummaryAndImpossibleRows) {
+    std::vector<std::string> lines = kSummary;
+    lines.insert(lines.end(), kSmi535.begin(), kSmi535.end());
+    lines.push_back("index, memory.used [MiB], memory.total [MiB]");
+    lines.push_back("3, 12000 MiB, 11000 MiB");
+    const Readings r = read_all(lines);
+    ASSERT_EQ(r.summaries.size(), 1u);
+    EXPECT_EQ(r.gpus.size(), 2u);  // nvidia-smi's two; not the CSV's impossible one
+    EXPECT_EQ(r.processes.size(), 3u);
+}
+
+// llama.cpp's buffers of a model loaded twice count the later load.
+TEST(Readings, AReloadReplacesTheDevicesBuffers) {
+    const Readings r = read_all({
+        "llm_load_tensors:      CUDA0 buffer size =  1000.00 MiB",
+        "llama_kv_cache_init:      CUDA0 KV buffer size =    36.00 MiB",
+        "llm_load_tensors:      CUDA0 buffer size =  2000.00 MiB",
+    });
+    ASSERT_EQ(r.buffers.size(), 1u);
+    EXPECT_EQ(r.buffers[0].weights, 2000 * MiB);
+    EXPECT_EQ(r.buffers[0].kv, 0u);
+}
+
+// A message naming a GPU that no reading shows gets none of their numbers.
+TEST(Readings, ReadingsOfAnotherGpuAreNotUsed) {
+    std::vector<std::string> lines = {
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 5 has"};
+    lines.insert(lines.end(), kSmi410Empty.begin(), kSmi410Empty.end());
+    const Report rep = diagnose(joined(lines));
+    ASSERT_EQ(rep.findings.size(), 1u);
+    EXPECT_TRUE(rep.findings[0].evidence.empty());
+}
+
 }  // namespace
 }  // namespace headroom::doctor

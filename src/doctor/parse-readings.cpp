@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/strings.h"
 #include "doctor/observation.h"
 
 namespace headroom::doctor {
@@ -275,9 +276,7 @@ bool read_ggml_buffer(const Line& l, Readings& r) {
     std::vector<std::string_view> before = words(l.text.substr(0, at));
     if (before.empty()) return false;
     std::string_view term = before.back();
-    std::string lower_term(term);
-    for (char& c : lower_term)
-        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    const std::string lower_term = ascii_lower(term);
     const bool named_term = lower_term == "model" || lower_term == "kv" ||
                             lower_term == "compute" || lower_term == "output" ||
                             lower_term == "input";

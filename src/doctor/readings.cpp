@@ -18,6 +18,7 @@
 
 #include <algorithm>
 
+#include "core/strings.h"
 #include "core/units.h"
 #include "doctor/advisor.h"
 
@@ -32,20 +33,14 @@ uint64_t distance(uint64_t a, uint64_t b) {
     return a > b ? a - b : b - a;
 }
 
-std::string bt(uint64_t n) {
-    return bytes_text(n);
-}
-
 // " 1.00 GiB", or nothing when the memory is not known.
 std::string used_text(const std::optional<uint64_t>& used) {
-    return used ? fmt::format(" {}", bt(*used)) : std::string();
+    return used ? fmt::format(" {}", bytes_text(*used)) : std::string();
 }
 
 // "GPU 1", "device 1", "cuda:1" in the message: the device it failed on.
 std::optional<uint64_t> device_in(const std::string& message) {
-    std::string lower(message);
-    for (char& c : lower)
-        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    const std::string lower = ascii_lower(message);
     for (std::string_view anchor : {"gpu ", "device ", "cuda:", "device id "}) {
         const size_t at = lower.find(anchor);
         if (at == std::string::npos) continue;
@@ -84,19 +79,19 @@ const Readings::Gpu* gpu_of(const Readings& r, const Finding& f) {
 std::string summary_sentence(const Readings::TorchSummary& s) {
     std::string out = fmt::format("torch.cuda.memory_summary() (line {}):", format_count(s.line));
     if (s.n_ooms) out += fmt::format(" {} CUDA OOMs,", format_count(*s.n_ooms));
-    if (s.allocated) out += fmt::format(" {} allocated,", bt(*s.allocated));
-    if (s.reserved) out += fmt::format(" {} reserved,", bt(*s.reserved));
+    if (s.allocated) out += fmt::format(" {} allocated,", bytes_text(*s.allocated));
+    if (s.reserved) out += fmt::format(" {} reserved,", bytes_text(*s.reserved));
     if (s.non_releasable)
-        out +=
-            fmt::format(" {} of it non-releasable (inactive split blocks),", bt(*s.non_releasable));
+        out += fmt::format(" {} of it non-releasable (inactive split blocks),",
+                           bytes_text(*s.non_releasable));
     out.pop_back();
     return out;
 }
 
 std::string gpu_sentence(const Readings& r, const Readings::Gpu& g) {
-    std::string out =
-        fmt::format("{} (line {}): {} of {} in use on GPU {}", g.source, format_count(g.line),
-                    bt(g.used), bt(g.total), g.index ? std::to_string(*g.index) : std::string("?"));
+    std::string out = fmt::format("{} (line {}): {} of {} in use on GPU {}", g.source,
+                                  format_count(g.line), bytes_text(g.used), bytes_text(g.total),
+                                  g.index ? std::to_string(*g.index) : std::string("?"));
     // Processes on that GPU (CSV rows name none: they count for any).
     std::vector<const Readings::Process*> on;
     uint64_t listed = 0;
@@ -125,7 +120,7 @@ std::string gpu_sentence(const Readings& r, const Readings::Gpu& g) {
             "namespace (nvidia-smi inside a container does not list the host's), or a CUDA "
             "context that outlived its process. On the host: nvidia-smi "
             "--query-compute-apps=pid,used_memory --format=csv, or fuser -v /dev/nvidia*",
-            bt(unlisted), table_empty ? " (the process table is empty)" : "");
+            bytes_text(unlisted), table_empty ? " (the process table is empty)" : "");
     }
     return out;
 }
@@ -137,25 +132,23 @@ std::string buffers_sentence(const Readings& r) {
         const auto& d = r.buffers[k];
         last = std::max(last, d.line);
         std::vector<std::string> terms;
-        if (d.weights) terms.push_back(fmt::format("weights {}", bt(d.weights)));
-        if (d.kv) terms.push_back(fmt::format("KV {}", bt(d.kv)));
-        if (d.compute) terms.push_back(fmt::format("compute {}", bt(d.compute)));
+        if (d.weights) terms.push_back(fmt::format("weights {}", bytes_text(d.weights)));
+        if (d.kv) terms.push_back(fmt::format("KV {}", bytes_text(d.kv)));
+        if (d.compute) terms.push_back(fmt::format("compute {}", bytes_text(d.compute)));
         std::string joined;
         for (size_t j = 0; j < terms.size(); ++j) {
             if (j) joined += " + ";
             joined += terms[j];
         }
         out += fmt::format("{} {} {}", k ? ";" : "", d.device, joined);
-        if (terms.size() > 1) out += fmt::format(" = {}", bt(d.weights + d.kv + d.compute));
+        if (terms.size() > 1) out += fmt::format(" = {}", bytes_text(d.weights + d.kv + d.compute));
     }
     out += fmt::format(" (to line {})", format_count(last));
     return out;
 }
 
 bool is_device_buffer(const Readings::Buffers& d) {
-    std::string lower(d.device);
-    for (char& c : lower)
-        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    const std::string lower = ascii_lower(d.device);
     return !lower.starts_with("cpu") && lower.find("host") == std::string::npos;
 }
 
@@ -178,7 +171,7 @@ void weigh_readings(Finding& f, Evidence& e, const Readings& r) {
                 sentence += fmt::format(
                     ": {} sits in pieces of segments that also hold live tensors, more than the "
                     "{} asked for: for fragmentation",
-                    bt(x), bt(want));
+                    bytes_text(x), bytes_text(want));
             else if (x < want / 4 && (!s->reserved || x < *s->reserved / 20))
                 sentence += ": almost nothing is cached in pieces: against fragmentation";
         }
@@ -193,7 +186,7 @@ void weigh_readings(Finding& f, Evidence& e, const Readings& r) {
                 ". It reports {} free, more than the {} asked for: the reading was taken at "
                 "another moment, or (an integrated GPU with unified memory) one allocation is "
                 "bounded by the driver's dedicated carve-out or GTT size, not by the free total",
-                bt(g->total - g->used), bt(*n.requested));
+                bytes_text(g->total - g->used), bytes_text(*n.requested));
         f.evidence.push_back(sentence);
     }
     if (is_ggml(e.wording) && std::any_of(r.buffers.begin(), r.buffers.end(), is_device_buffer)) {

@@ -71,6 +71,116 @@ struct Outcome {
     double e2e_s = 0;
 };
 
+// Prompts of ordinary vocabulary entries (no control tokens), the first
+// shared_prefix of each the same; greedy, to exactly the drawn length.
+std::vector<GenerateRequest> make_requests(const Tokenizer& tokenizer, uint32_t n_requests,
+                                           const Dist& prompt_dist, const Dist& gen_dist,
+                                           double shared_prefix, uint64_t seed) {
+    std::vector<int32_t> pool;
+    for (int32_t t = 0; t < tokenizer.n_vocab(); ++t)
+        if (tokenizer.token_attr(t) == TokenAttr::Normal) pool.push_back(t);
+    if (pool.empty()) fail("the model's vocabulary has no ordinary tokens to build prompts from");
+    std::mt19937_64 rng(seed);
+    std::vector<int32_t> prefix(prompt_dist.hi);
+    for (auto& t : prefix) t = pool[rng() % pool.size()];
+    std::vector<GenerateRequest> requests(n_requests);
+    for (auto& r : requests) {
+        const uint32_t n = prompt_dist.draw(rng);
+        const auto n_shared = static_cast<uint32_t>(std::lround(shared_prefix * n));
+        r.prompt.assign(prefix.begin(), prefix.begin() + n_shared);
+        while (r.prompt.size() < n) r.prompt.push_back(pool[rng() % pool.size()]);
+        r.params.temperature = 0;
+        r.params.ignore_eos = true;
+        r.params.max_tokens = gen_dist.draw(rng);
+    }
+    return requests;
+}
+
+struct LoadRun {
+    std::vector<Outcome> outcomes;  // one per request
+    uint32_t n_failed = 0;
+    std::vector<std::string> errors;  // the first few refusals
+    double duration_s = 0;
+};
+
+// One request from submission to its finish, timing each token.
+Outcome run_request(Engine& engine, const GenerateRequest& request, std::string* error) {
+    Outcome out;
+    const auto start = Clock::now();
+    auto h = engine.submit(request, error);
+    if (!h) return out;
+    auto last = start;
+    TokenEvent ev;
+    FinishReason reason = FinishReason::None;
+    while (reason == FinishReason::None) {
+        if (!h->next(ev, std::chrono::milliseconds(1000))) continue;
+        if (ev.token >= 0) {
+            const auto now = Clock::now();
+            if (out.n_output == 0)
+                out.ttft_s = std::chrono::duration<double>(now - start).count();
+            else
+                out.itl_s.push_back(std::chrono::duration<double>(now - last).count());
+            last = now;
+            ++out.n_output;
+        }
+        reason = ev.finish;
+    }
+    out.e2e_s = std::chrono::duration<double>(Clock::now() - start).count();
+    out.n_prompt = h->n_prompt_tokens();
+    out.ok = reason == FinishReason::Length || reason == FinishReason::Stop;
+    return out;
+}
+
+// `concurrency` client threads, each taking the next request when its last
+// one finishes, until every request has run.
+LoadRun run_load(Engine& engine, const std::vector<GenerateRequest>& requests,
+                 uint32_t concurrency) {
+    LoadRun run;
+    run.outcomes.resize(requests.size());
+    std::atomic<size_t> next{0};
+    std::atomic<uint32_t> n_failed{0};
+    std::mutex errors_mu;
+    const auto t0 = Clock::now();
+    auto client = [&] {
+        for (size_t i; (i = next.fetch_add(1)) < requests.size();) {
+            std::string error;
+            run.outcomes[i] = run_request(engine, requests[i], &error);
+            if (run.outcomes[i].ok) continue;
+            n_failed.fetch_add(1);
+            std::lock_guard lk(errors_mu);
+            if (!error.empty() && run.errors.size() < 3) run.errors.push_back(error);
+        }
+    };
+    std::vector<std::thread> clients;
+    for (uint32_t c = 0;
+         c < std::min<uint32_t>(concurrency, static_cast<uint32_t>(requests.size())); ++c)
+        clients.emplace_back(client);
+    for (auto& c : clients) c.join();
+    run.duration_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    run.n_failed = n_failed.load();
+    return run;
+}
+
+// The completed requests' token counts and latencies.
+struct Summary {
+    uint64_t n_completed = 0, n_prompt = 0, n_output = 0;
+    std::vector<double> ttft, itl, e2e;
+};
+
+Summary summarise(const std::vector<Outcome>& outcomes) {
+    Summary s;
+    for (const auto& oc : outcomes) {
+        if (!oc.ok) continue;
+        ++s.n_completed;
+        s.n_output += oc.n_output;
+        s.n_prompt += oc.n_prompt;
+        s.ttft.push_back(oc.ttft_s);
+        s.e2e.push_back(oc.e2e_s);
+        s.itl.insert(s.itl.end(), oc.itl_s.begin(), oc.itl_s.end());
+    }
+    return s;
+}
+
 }  // namespace
 
 void add_bench_serve_subcommand(CLI::App& bench) {
@@ -116,136 +226,67 @@ void add_bench_serve_subcommand(CLI::App& bench) {
         make_resident(lm, !o->json);
         EngineMetrics metrics;
         Engine engine(runner, *lm.tokenizer, metrics);
-
-        // Prompt tokens: ordinary vocabulary entries only (no control tokens).
-        std::vector<int32_t> pool;
-        for (int32_t t = 0; t < lm.tokenizer->n_vocab(); ++t)
-            if (lm.tokenizer->token_attr(t) == TokenAttr::Normal) pool.push_back(t);
-        if (pool.empty())
-            fail("the model's vocabulary has no ordinary tokens to build prompts from");
-        std::mt19937_64 rng(o->seed);
-        std::vector<int32_t> prefix(prompt_dist.hi);
-        for (auto& t : prefix) t = pool[rng() % pool.size()];
-        std::vector<GenerateRequest> requests(o->n_requests);
-        for (auto& r : requests) {
-            const uint32_t n = prompt_dist.draw(rng);
-            const auto n_shared = static_cast<uint32_t>(std::lround(o->shared_prefix * n));
-            r.prompt.assign(prefix.begin(), prefix.begin() + n_shared);
-            while (r.prompt.size() < n) r.prompt.push_back(pool[rng() % pool.size()]);
-            r.params.temperature = 0;
-            r.params.ignore_eos = true;
-            r.params.max_tokens = gen_dist.draw(rng);
-        }
+        const std::vector<GenerateRequest> requests = make_requests(
+            *lm.tokenizer, o->n_requests, prompt_dist, gen_dist, o->shared_prefix, o->seed);
 
         engine.start();
-        std::vector<Outcome> outcomes(requests.size());
-        std::atomic<size_t> next{0};
-        std::atomic<uint32_t> n_failed{0};
-        std::vector<std::string> errors;
-        std::mutex errors_mu;
-        const auto t0 = Clock::now();
-        auto client = [&] {
-            for (size_t i; (i = next.fetch_add(1)) < requests.size();) {
-                Outcome& out = outcomes[i];
-                std::string error;
-                const auto start = Clock::now();
-                auto h = engine.submit(requests[i], &error);
-                if (!h) {
-                    n_failed.fetch_add(1);
-                    std::lock_guard lk(errors_mu);
-                    if (errors.size() < 3) errors.push_back(error);
-                    continue;
-                }
-                auto last = start;
-                TokenEvent ev;
-                FinishReason reason = FinishReason::None;
-                while (reason == FinishReason::None) {
-                    if (!h->next(ev, std::chrono::milliseconds(1000))) continue;
-                    if (ev.token >= 0) {
-                        const auto now = Clock::now();
-                        if (out.n_output == 0)
-                            out.ttft_s = std::chrono::duration<double>(now - start).count();
-                        else
-                            out.itl_s.push_back(std::chrono::duration<double>(now - last).count());
-                        last = now;
-                        ++out.n_output;
-                    }
-                    reason = ev.finish;
-                }
-                out.e2e_s = std::chrono::duration<double>(Clock::now() - start).count();
-                out.n_prompt = h->n_prompt_tokens();
-                out.ok = reason == FinishReason::Length || reason == FinishReason::Stop;
-                if (!out.ok) n_failed.fetch_add(1);
-            }
-        };
-        std::vector<std::thread> clients;
-        for (uint32_t c = 0; c < std::min<uint32_t>(o->concurrency, o->n_requests); ++c)
-            clients.emplace_back(client);
-        for (auto& c : clients) c.join();
-        const double duration_s = std::chrono::duration<double>(Clock::now() - t0).count();
+        const LoadRun run = run_load(engine, requests, o->concurrency);
         engine.shutdown(std::chrono::milliseconds(1000));
 
-        uint64_t n_out = 0, n_in = 0, n_completed = 0;
-        std::vector<double> ttft, itl, e2e;
-        for (const auto& oc : outcomes) {
-            if (!oc.ok) continue;
-            ++n_completed;
-            n_out += oc.n_output;
-            n_in += oc.n_prompt;
-            ttft.push_back(oc.ttft_s);
-            e2e.push_back(oc.e2e_s);
-            itl.insert(itl.end(), oc.itl_s.begin(), oc.itl_s.end());
-        }
+        const Summary s = summarise(run.outcomes);
+        const double duration_s = run.duration_s;
         const auto snap = sum_ledgers(lm.backend->snapshots());
         const double hit_rate = metrics.prefix_query_tokens
                                     ? static_cast<double>(metrics.prefix_hit_tokens) /
                                           static_cast<double>(metrics.prefix_query_tokens)
                                     : 0.0;
-        nlohmann::json peak = nlohmann::json::object();
-        for (Term t : kTerms) peak[std::string(name(t))] = snap[t].peak_bytes;
-        auto pct = [](const std::vector<double>& v) {
-            return nlohmann::json{{"p50", percentile(v, 0.5)},
-                                  {"p90", percentile(v, 0.9)},
-                                  {"p99", percentile(v, 0.99)}};
-        };
-        const nlohmann::json j = {{"model", lm.desc.source},
-                                  {"requests", o->n_requests},
-                                  {"concurrency", o->concurrency},
-                                  {"completed", n_completed},
-                                  {"failed", n_failed.load()},
-                                  {"duration_s", duration_s},
-                                  {"preemptions", metrics.n_preemptions.load()},
-                                  {"prompt_tokens", n_in},
-                                  {"computed_prompt_tokens", metrics.computed_prompt_tokens.load()},
-                                  {"output_tokens", n_out},
-                                  {"output_tokens_per_s", n_out / duration_s},
-                                  {"total_tokens_per_s", (n_in + n_out) / duration_s},
-                                  {"ttft_s", pct(ttft)},
-                                  {"itl_s", pct(itl)},
-                                  {"e2e_s", pct(e2e)},
-                                  {"prefix_cache_hit_rate", hit_rate},
-                                  {"peak_bytes", peak},
-                                  {"budget_bytes", runner.plan().budget_bytes},
-                                  {"kv_blocks_total", runner.cache().n_blocks_total()},
-                                  {"max_num_seqs", runner.plan().config.max_num_seqs},
-                                  {"kv_dtype", std::string(name(runner.plan().config.kv_dtype))}};
         if (o->json) {
+            nlohmann::json peak = nlohmann::json::object();
+            for (Term t : kTerms) peak[std::string(name(t))] = snap[t].peak_bytes;
+            auto pct = [](const std::vector<double>& v) {
+                return nlohmann::json{{"p50", percentile(v, 0.5)},
+                                      {"p90", percentile(v, 0.9)},
+                                      {"p99", percentile(v, 0.99)}};
+            };
+            const nlohmann::json j = {
+                {"model", lm.desc.source},
+                {"requests", o->n_requests},
+                {"concurrency", o->concurrency},
+                {"completed", s.n_completed},
+                {"failed", run.n_failed},
+                {"duration_s", duration_s},
+                {"preemptions", metrics.n_preemptions.load()},
+                {"prompt_tokens", s.n_prompt},
+                {"computed_prompt_tokens", metrics.computed_prompt_tokens.load()},
+                {"output_tokens", s.n_output},
+                {"output_tokens_per_s", s.n_output / duration_s},
+                {"total_tokens_per_s", (s.n_prompt + s.n_output) / duration_s},
+                {"ttft_s", pct(s.ttft)},
+                {"itl_s", pct(s.itl)},
+                {"e2e_s", pct(s.e2e)},
+                {"prefix_cache_hit_rate", hit_rate},
+                {"peak_bytes", peak},
+                {"budget_bytes", runner.plan().budget_bytes},
+                {"kv_blocks_total", runner.cache().n_blocks_total()},
+                {"max_num_seqs", runner.plan().config.max_num_seqs},
+                {"kv_dtype", std::string(name(runner.plan().config.kv_dtype))}};
             fmt::print("{}\n", j.dump(2));
             return;
         }
         fmt::print("requests {} (concurrency {}): {} completed, {} failed in {:.2f}s\n",
-                   o->n_requests, o->concurrency, n_completed, n_failed.load(), duration_s);
-        for (const auto& e : errors) fmt::print("  refused: {}\n", e);
+                   o->n_requests, o->concurrency, s.n_completed, run.n_failed, duration_s);
+        for (const auto& e : run.errors) fmt::print("  refused: {}\n", e);
         fmt::print(
             "throughput: {:.1f} output tokens/s, {:.1f} total tokens/s ({} prompt, {} computed, {} "
             "output)\n",
-            n_out / duration_s, (n_in + n_out) / duration_s, n_in,
-            metrics.computed_prompt_tokens.load(), n_out);
+            s.n_output / duration_s, (s.n_prompt + s.n_output) / duration_s, s.n_prompt,
+            metrics.computed_prompt_tokens.load(), s.n_output);
         fmt::print(
             "latency (p50 / p90 / p99): TTFT {:.3f} / {:.3f} / {:.3f} s, ITL {:.1f} / {:.1f} / "
             "{:.1f} ms\n",
-            percentile(ttft, 0.5), percentile(ttft, 0.9), percentile(ttft, 0.99),
-            1e3 * percentile(itl, 0.5), 1e3 * percentile(itl, 0.9), 1e3 * percentile(itl, 0.99));
+            percentile(s.ttft, 0.5), percentile(s.ttft, 0.9), percentile(s.ttft, 0.99),
+            1e3 * percentile(s.itl, 0.5), 1e3 * percentile(s.itl, 0.9),
+            1e3 * percentile(s.itl, 0.99));
         fmt::print("preemptions {}, prefix cache hit rate {:.1f}%\n", metrics.n_preemptions.load(),
                    100 * hit_rate);
         fmt::print("peak memory:");

@@ -41,98 +41,53 @@ double log_sum_exp(std::span<const float> x, float* max_out) {
     return std::log(sum) + mx;
 }
 
-}  // namespace
-
-SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt,
-                             std::span<const int32_t> output, uint8_t* scratch) {
+// The k most likely tokens of the model's own distribution (raw_lse: its
+// log-sum-exp), by log-probability. index: (n_vocab) scratch.
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, double raw_lse, int k,
+                                       int32_t* index) {
     const auto n_vocab = static_cast<int32_t>(logits.size());
-    auto* probs = reinterpret_cast<float*>(scratch);                        // (n_vocab)
-    auto* index = reinterpret_cast<int32_t*>(scratch + 4 * logits.size());  // (n_vocab)
-    auto* mark = reinterpret_cast<uint32_t*>(scratch + 8 * logits.size());  // (n_vocab)
-    auto* raw = reinterpret_cast<float*>(scratch + 12 * logits.size());     // (n_vocab)
-    SampleResult result;
+    for (int32_t i = 0; i < n_vocab; ++i) index[i] = i;
+    k = std::min<int32_t>(k, n_vocab);
+    std::partial_sort(index, index + k, index + n_vocab,
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    std::vector<TokenLogprob> top;
+    top.reserve(static_cast<size_t>(k));
+    for (int32_t i = 0; i < k; ++i)
+        top.push_back({index[i], static_cast<float>(logits[index[i]] - raw_lse)});
+    return top;
+}
 
-    // Logprobs are of the model's own distribution, before penalties.
-    float raw_max = 0;
-    const double raw_lse =
-        (params_.logprobs || params_.n_logprobs) ? log_sum_exp(logits, &raw_max) : 0.0;
-    if (params_.n_logprobs) {
-        for (int32_t i = 0; i < n_vocab; ++i) index[i] = i;
-        const auto k = std::min<int32_t>(static_cast<int32_t>(params_.n_logprobs), n_vocab);
-        std::partial_sort(index, index + k, index + n_vocab,
-                          [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-        result.top.reserve(static_cast<size_t>(k));
-        for (int32_t i = 0; i < k; ++i)
-            result.top.push_back({index[i], static_cast<float>(logits[index[i]] - raw_lse)});
-    }
-    const bool penalties = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
-                           params_.frequency_penalty != 0.0f;
-    // Keep the raw logits when penalties will change them and logprobs are asked for.
-    const bool keep_raw = penalties && (params_.logprobs || params_.n_logprobs);
-    if (keep_raw) std::copy(logits.begin(), logits.end(), raw);
-    const auto raw_logprob = [&](int32_t t) {
-        return static_cast<float>((keep_raw ? raw[t] : logits[t]) - raw_lse);
-    };
+int32_t argmax(std::span<const float> logits) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < static_cast<int32_t>(logits.size()); ++i)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
 
-    // 1. Penalties. `mark` tells the first occurrence of a token (epoch-stamped,
-    // so the array needs no clearing between calls).
-    if (penalties) {
-        if (++mark_epoch_ == 0) {
-            std::fill(mark, mark + n_vocab, 0u);
-            mark_epoch_ = 1;
-        }
-        const uint32_t seen_output = mark_epoch_;
-        if (++mark_epoch_ == 0) mark_epoch_ = 1;
-        const uint32_t seen_any = mark_epoch_;
-        for (int32_t t : output) {
-            if (t < 0 || t >= n_vocab) continue;
-            logits[t] -= params_.frequency_penalty;
-            if (mark[t] != seen_output) {
-                logits[t] -= params_.presence_penalty;
-                mark[t] = seen_output;
-            }
-        }
-        if (params_.repetition_penalty != 1.0f) {
-            auto penalize = [&](int32_t t) {
-                if (t < 0 || t >= n_vocab || mark[t] == seen_any) return;
-                mark[t] = seen_any;
-                logits[t] = logits[t] > 0 ? logits[t] / params_.repetition_penalty
-                                          : logits[t] * params_.repetition_penalty;
-            };
-            for (int32_t t : prompt) penalize(t);
-            for (int32_t t : output) penalize(t);
-        }
-    }
-
-    // 2. Greedy.
-    if (params_.temperature < 1e-5f) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < n_vocab; ++i)
-            if (logits[i] > logits[best]) best = i;
-        result.token = best;
-        if (params_.logprobs || params_.n_logprobs) result.logprob = raw_logprob(best);
-        return result;
-    }
-
-    // 3. Temperature, top-k, softmax, top-p, min-p over the candidates index[0, n).
+// Top-k, then top-p, over the candidates index[0, n) (all of the
+// vocabulary at first), with their softmax at the temperature written to
+// probs[0, n). Returns the new n.
+int32_t keep_likely(std::span<const float> logits, const SamplingParams& params, int32_t* index,
+                    float* probs) {
+    const auto n_vocab = static_cast<int32_t>(logits.size());
     int32_t n = n_vocab;
     for (int32_t i = 0; i < n_vocab; ++i) index[i] = i;
     const auto by_logit = [&](int32_t a, int32_t b) {
         return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
     };
-    if (params_.top_k > 0 && params_.top_k < n) {
-        std::nth_element(index, index + params_.top_k - 1, index + n, by_logit);
-        n = params_.top_k;
+    if (params.top_k > 0 && params.top_k < n) {
+        std::nth_element(index, index + params.top_k - 1, index + n, by_logit);
+        n = params.top_k;
     }
     float mx = -std::numeric_limits<float>::infinity();
     for (int32_t i = 0; i < n; ++i) mx = std::max(mx, logits[index[i]]);
     // Softmax over the candidates: weight e^((l - mx) / T), normalized by their sum.
     const auto weight = [&](int32_t token) {
-        return std::exp((logits[token] - mx) / params_.temperature);
+        return std::exp((logits[token] - mx) / params.temperature);
     };
     double sum = 0;
     for (int32_t i = 0; i < n; ++i) sum += weight(index[i]);
-    if (params_.top_p < 1.0f) {
+    if (params.top_p < 1.0f) {
         // Top-p keeps the most likely candidates whose mass reaches top_p.
         // They are few: sort a head of the candidates, four times longer each
         // time it falls short, instead of all of them.
@@ -144,7 +99,7 @@ SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> p
             int32_t keep = 0;
             for (int32_t i = 0; i < head && !keep; ++i) {
                 cum += static_cast<float>(weight(index[i]) / sum);
-                if (cum >= params_.top_p) keep = i + 1;
+                if (cum >= params.top_p) keep = i + 1;
             }
             if (keep || head == n) {
                 if (keep) n = keep;
@@ -154,35 +109,104 @@ SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> p
         }
     }
     for (int32_t i = 0; i < n; ++i) probs[i] = static_cast<float>(weight(index[i]) / sum);
-    if (params_.min_p > 0) {
-        float p_max = 0;
-        for (int32_t i = 0; i < n; ++i) p_max = std::max(p_max, probs[i]);
-        const float floor = params_.min_p * p_max;
-        int32_t w = 0;
-        for (int32_t i = 0; i < n; ++i) {
-            if (probs[i] >= floor) {
-                probs[w] = probs[i];
-                index[w] = index[i];
-                ++w;
-            }
+    return n;
+}
+
+// Min-p drops the candidates less likely than min_p times the most likely
+// one, in place. Returns the new n.
+int32_t keep_above_min_p(float min_p, int32_t n, int32_t* index, float* probs) {
+    float p_max = 0;
+    for (int32_t i = 0; i < n; ++i) p_max = std::max(p_max, probs[i]);
+    const float floor = min_p * p_max;
+    int32_t w = 0;
+    for (int32_t i = 0; i < n; ++i) {
+        if (probs[i] >= floor) {
+            probs[w] = probs[i];
+            index[w] = index[i];
+            ++w;
         }
-        n = w;
     }
-    // 4. Draw.
+    return w;
+}
+
+// One candidate of index[0, n), drawn with the (unnormalized) weights probs.
+int32_t draw(int32_t n, const int32_t* index, const float* probs, std::mt19937_64& rng) {
     double total = 0;
     for (int32_t i = 0; i < n; ++i) total += probs[i];
-    const double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
+    const double r = std::uniform_real_distribution<double>(0.0, total)(rng);
     double cum = 0;
-    int32_t chosen = index[n - 1];
     for (int32_t i = 0; i < n; ++i) {
         cum += probs[i];
-        if (r < cum) {
-            chosen = index[i];
-            break;
+        if (r < cum) return index[i];
+    }
+    return index[n - 1];
+}
+
+}  // namespace
+
+void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> prompt,
+                              std::span<const int32_t> output, uint32_t* mark) {
+    const auto n_vocab = static_cast<int32_t>(logits.size());
+    // `mark` tells the first occurrence of a token (epoch-stamped, so the
+    // array needs no clearing between calls).
+    if (++mark_epoch_ == 0) {
+        std::fill(mark, mark + n_vocab, 0u);
+        mark_epoch_ = 1;
+    }
+    const uint32_t seen_output = mark_epoch_;
+    if (++mark_epoch_ == 0) mark_epoch_ = 1;
+    const uint32_t seen_any = mark_epoch_;
+    for (int32_t t : output) {
+        if (t < 0 || t >= n_vocab) continue;
+        logits[t] -= params_.frequency_penalty;
+        if (mark[t] != seen_output) {
+            logits[t] -= params_.presence_penalty;
+            mark[t] = seen_output;
         }
     }
-    result.token = chosen;
-    if (params_.logprobs || params_.n_logprobs) result.logprob = raw_logprob(chosen);
+    if (params_.repetition_penalty != 1.0f) {
+        auto penalize = [&](int32_t t) {
+            if (t < 0 || t >= n_vocab || mark[t] == seen_any) return;
+            mark[t] = seen_any;
+            logits[t] = logits[t] > 0 ? logits[t] / params_.repetition_penalty
+                                      : logits[t] * params_.repetition_penalty;
+        };
+        for (int32_t t : prompt) penalize(t);
+        for (int32_t t : output) penalize(t);
+    }
+}
+
+SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt,
+                             std::span<const int32_t> output, uint8_t* scratch) {
+    auto* probs = reinterpret_cast<float*>(scratch);                        // (n_vocab)
+    auto* index = reinterpret_cast<int32_t*>(scratch + 4 * logits.size());  // (n_vocab)
+    auto* mark = reinterpret_cast<uint32_t*>(scratch + 8 * logits.size());  // (n_vocab)
+    auto* raw = reinterpret_cast<float*>(scratch + 12 * logits.size());     // (n_vocab)
+    SampleResult result;
+
+    // Logprobs are of the model's own distribution, before penalties.
+    const bool logprobs = params_.logprobs || params_.n_logprobs;
+    float raw_max = 0;
+    const double raw_lse = logprobs ? log_sum_exp(logits, &raw_max) : 0.0;
+    if (params_.n_logprobs)
+        result.top = top_logprobs(logits, raw_lse, static_cast<int>(params_.n_logprobs), index);
+    const bool penalties = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+                           params_.frequency_penalty != 0.0f;
+    // Keep the raw logits when penalties will change them and logprobs are asked for.
+    const bool keep_raw = penalties && logprobs;
+    if (keep_raw) std::copy(logits.begin(), logits.end(), raw);
+    if (penalties) apply_penalties(logits, prompt, output, mark);
+
+    if (params_.temperature < 1e-5f) {
+        result.token = argmax(logits);
+    } else {
+        int32_t n = keep_likely(logits, params_, index, probs);
+        if (params_.min_p > 0) n = keep_above_min_p(params_.min_p, n, index, probs);
+        result.token = draw(n, index, probs, rng_);
+    }
+    if (logprobs)
+        result.logprob =
+            static_cast<float>((keep_raw ? raw[result.token] : logits[result.token]) - raw_lse);
     return result;
 }
 

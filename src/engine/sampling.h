@@ -76,6 +76,11 @@ class Sampler {
                         std::span<const int32_t> output, uint8_t* scratch);
 
   private:
+    // Repetition, presence and frequency penalties on logits, in place.
+    // mark: (n_vocab) scratch.
+    void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt,
+                         std::span<const int32_t> output, uint32_t* mark);
+
     SamplingParams params_;
     std::mt19937_64 rng_;
     uint32_t mark_epoch_ = 0;

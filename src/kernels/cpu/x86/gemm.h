@@ -622,6 +622,115 @@ void repack(const Matrix& w, uint8_t* dst, const Context& ctx) {
     }
 }
 
+// One matmul_int call, set up once: each matrix's kernel, where its row
+// groups start in the numbering the n matrices share, and how the batch is
+// cut into token tiles. A work item is one (tile, row group) pair.
+template <class V>
+class IntMatmul {
+  public:
+    static constexpr int kMaxMatrices = 4;
+
+    IntMatmul(const Matrix* const* ws, float* const* ys, int n, const Acts& x, const bool* packed)
+        : ws_(ws), ys_(ys), packed_(packed), x_(x), n_(n) {
+        HR_CHECK(n >= 1 && n <= kMaxMatrices);
+        al_ = act_layout(ws[0]->n_cols, ws[0]->type, x.quant);
+        nb_ = ws[0]->n_cols / al_.block;
+        first_group_[0] = 0;
+        for (int i = 0; i < n; ++i) {
+            kern_[i] = int_kernel<V>(ws[i]->type, x.quant == ActPrecision::Int16, packed[i]);
+            first_group_[i + 1] = first_group_[i] + (ws[i]->n_rows + kLanes - 1) / kLanes;
+        }
+        n_chunks_ = (nb_ + kern_[0].chunk - 1) / kern_[0].chunk;
+        direct_ = x.n_tokens <= kern_[0].nr_max;
+        // A batch runs as tiles of tokens whose activations stay in L2 while
+        // row group after row group passes over them (a whole batch's
+        // activations do not fit, and each group would read them again from
+        // L3). Items are numbered tile by tile, so each thread's share goes
+        // through its tiles in turn.
+        tile_ =
+            direct_ ? x.n_tokens : act_tile_tokens<V>(x.q_row_bytes, kern_[0].nr_max, x.n_tokens);
+    }
+
+    int64_t n_items() const { return (x_.n_tokens + tile_ - 1) / tile_ * n_groups(); }
+
+    // Item `item`; range_goes_on: the same thread runs item + 1 next.
+    void run(int64_t item, bool range_goes_on, uint8_t* panel, Tok* tok) const {
+        const int64_t gg = item % n_groups();
+        const int64_t tok0 = item / n_groups() * tile_;
+        const int64_t tok1 = std::min(tok0 + tile_, x_.n_tokens);
+        int i = 0;
+        while (gg >= first_group_[i + 1]) ++i;
+        const Matrix& w = *ws_[i];
+        const IntKernel<V>& k = kern_[i];
+        const int64_t r0 = (gg - first_group_[i]) * kLanes;
+        const int n_valid = static_cast<int>(std::min<int64_t>(kLanes, w.n_rows - r0));
+        const uint64_t at = static_cast<uint64_t>(r0) * w.row_bytes;
+        RowGroup<V> rg;
+        GroupRef<V> ref{&rg, nullptr};
+        if (packed_[i])
+            ref.packed = w.packed + at;
+        else
+            rg = make_row_group<V>(w.data + at, w.row_bytes, n_valid);
+        // Bytes of the next group to prefetch, if the next item is the next
+        // group of the same matrix and tile.
+        const bool next_here = range_goes_on && gg + 1 < first_group_[i + 1];
+        const uint64_t next_bytes =
+            next_here && !packed_[i]
+                ? static_cast<uint64_t>(std::min<int64_t>(kLanes, w.n_rows - r0 - kLanes)) *
+                      w.row_bytes
+                : 0;
+        // Chunks bound the panel and pace the prefetch of the next group; a
+        // direct pass over a repacked copy needs neither and keeps its sums in
+        // registers across the whole row.
+        const int64_t step = direct_ && packed_[i] ? nb_ : k.chunk;
+        for (int64_t b0 = 0; b0 < nb_; b0 += step) {
+            const int64_t n_chunk = std::min<int64_t>(step, nb_ - b0);
+            if (next_bytes)
+                prefetch_slice<V>(w.data + at + kLanes * w.row_bytes, next_bytes, b0 / k.chunk,
+                                  n_chunks_);
+            if (!direct_ && !k.panel_reads_packed) k.pack(ref, b0, n_chunk, panel);
+            for (int64_t t0 = tok0; t0 < tok1; t0 += k.nr_max) {
+                const int nr = static_cast<int>(std::min<int64_t>(k.nr_max, tok1 - t0));
+                point_tokens(tok, t0, nr, ys_[i] + r0, w.n_rows);
+                if (direct_)
+                    k.direct[nr](ref, b0, n_chunk, tok, n_valid, b0 == 0);
+                else
+                    k.panel[nr](k.panel_reads_packed ? ref.packed : panel, b0, n_chunk, tok,
+                                n_valid, b0 == 0);
+            }
+        }
+    }
+
+  private:
+    static constexpr int kLanes = V::kLanes;
+
+    int64_t n_groups() const { return first_group_[n_]; }
+
+    // tok[0, nr): tokens t0.. as the kernels read them (their quantized
+    // activations' parts) and where their outputs for this group go
+    // (y: output row 0's entry for the group's first row).
+    void point_tokens(Tok* tok, int64_t t0, int nr, float* y, int64_t n_rows) const {
+        for (int t = 0; t < nr; ++t) {
+            const uint8_t* row = x_.q + static_cast<uint64_t>(t0 + t) * x_.q_row_bytes;
+            tok[t] = {row, row + al_.lo, reinterpret_cast<const float*>(row + al_.d),
+                      row + al_.sums, y + (t0 + t) * n_rows};
+        }
+    }
+
+    const Matrix* const* ws_;
+    float* const* ys_;
+    const bool* packed_;
+    const Acts& x_;
+    int n_;
+    ActLayout al_;
+    int64_t nb_;
+    IntKernel<V> kern_[kMaxMatrices];
+    int64_t first_group_[kMaxMatrices + 1];
+    int64_t n_chunks_;
+    bool direct_;
+    int64_t tile_;
+};
+
 // y_i = x @ W_i^T for n matrices of one type and width (a layer's Q, K, V, or
 // gate and up) as one piece of work: their row groups are handed out from one
 // queue, so the threads finish together once, not n times.
@@ -629,87 +738,14 @@ void repack(const Matrix& w, uint8_t* dst, const Context& ctx) {
 template <class V>
 void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x, const Context& ctx,
                 const bool* packed) {
-    constexpr int L = V::kLanes;
-    constexpr int kMaxMatrices = 4;
-    HR_CHECK(n >= 1 && n <= kMaxMatrices);
-    const Matrix& w0 = *ws[0];
-    const ActLayout al = act_layout(w0.n_cols, w0.type, x.quant);
-    const int64_t nb = w0.n_cols / al.block;
-    IntKernel<V> kern[kMaxMatrices];
-    int64_t first_group[kMaxMatrices + 1];
-    first_group[0] = 0;
-    for (int i = 0; i < n; ++i) {
-        kern[i] = int_kernel<V>(ws[i]->type, x.quant == ActPrecision::Int16, packed[i]);
-        first_group[i + 1] = first_group[i] + (ws[i]->n_rows + L - 1) / L;
-    }
-    const int64_t n_chunks = (nb + kern[0].chunk - 1) / kern[0].chunk;
-    const bool direct = x.n_tokens <= kern[0].nr_max;
-    const int64_t n_groups = first_group[n];
-    // A batch runs as tiles of tokens whose activations stay in L2 while
-    // row group after row group passes over them (a whole batch's activations
-    // do not fit, and each group would read them again from L3). The work
-    // items are (tile, group) pairs, tile by tile, so each thread's share
-    // goes through its tiles in turn.
-    const int64_t tile =
-        direct ? x.n_tokens : act_tile_tokens<V>(x.q_row_bytes, kern[0].nr_max, x.n_tokens);
-    const int64_t n_tiles = (x.n_tokens + tile - 1) / tile;
-    ShareQueue queue = group_queue(n_tiles * n_groups, ctx.pool->n_threads(), x.n_tokens);
+    const IntMatmul<V> mm(ws, ys, n, x, packed);
+    ShareQueue queue = group_queue(mm.n_items(), ctx.pool->n_threads(), x.n_tokens);
     ctx.pool->run([&](int thread) {
         uint8_t* panel = ctx.thread_scratch(thread);
         Tok tok[16];
         queue.drain(thread, [&](int64_t item0, int64_t item1) {
-            for (int64_t item = item0; item < item1; ++item) {
-                const int64_t gg = item % n_groups;
-                const int64_t tok0 = item / n_groups * tile;
-                const int64_t tok1 = std::min(tok0 + tile, x.n_tokens);
-                int i = 0;
-                while (gg >= first_group[i + 1]) ++i;
-                const Matrix& w = *ws[i];
-                const IntKernel<V>& k = kern[i];
-                float* y = ys[i];
-                const int64_t r0 = (gg - first_group[i]) * L;
-                const int n_valid = static_cast<int>(std::min<int64_t>(L, w.n_rows - r0));
-                const uint64_t at = static_cast<uint64_t>(r0) * w.row_bytes;
-                RowGroup<V> rg;
-                GroupRef<V> ref{&rg, nullptr};
-                if (packed[i])
-                    ref.packed = w.packed + at;
-                else
-                    rg = make_row_group<V>(w.data + at, w.row_bytes, n_valid);
-                // The next item, if this range goes on with the next group of
-                // the same matrix and tile.
-                const bool next_here = item + 1 < item1 && gg + 1 < first_group[i + 1];
-                const uint64_t next_bytes =
-                    next_here && !packed[i]
-                        ? static_cast<uint64_t>(std::min<int64_t>(L, w.n_rows - r0 - L)) *
-                              w.row_bytes
-                        : 0;
-                // Chunks bound the panel and pace the prefetch of the next
-                // group; a direct pass over a repacked copy needs neither and
-                // keeps its sums in registers across the whole row.
-                const int64_t step = direct && packed[i] ? nb : k.chunk;
-                for (int64_t b0 = 0; b0 < nb; b0 += step) {
-                    const int64_t n_chunk = std::min<int64_t>(step, nb - b0);
-                    if (next_bytes)
-                        prefetch_slice<V>(w.data + at + L * w.row_bytes, next_bytes, b0 / k.chunk,
-                                          n_chunks);
-                    if (!direct && !k.panel_reads_packed) k.pack(ref, b0, n_chunk, panel);
-                    for (int64_t t0 = tok0; t0 < tok1; t0 += k.nr_max) {
-                        const int nr = static_cast<int>(std::min<int64_t>(k.nr_max, tok1 - t0));
-                        for (int t = 0; t < nr; ++t) {
-                            const uint8_t* row =
-                                x.q + static_cast<uint64_t>(t0 + t) * x.q_row_bytes;
-                            tok[t] = {row, row + al.lo, reinterpret_cast<const float*>(row + al.d),
-                                      row + al.sums, y + (t0 + t) * w.n_rows + r0};
-                        }
-                        if (direct)
-                            k.direct[nr](ref, b0, n_chunk, tok, n_valid, b0 == 0);
-                        else
-                            k.panel[nr](k.panel_reads_packed ? ref.packed : panel, b0, n_chunk, tok,
-                                        n_valid, b0 == 0);
-                    }
-                }
-            }
+            for (int64_t item = item0; item < item1; ++item)
+                mm.run(item, item + 1 < item1, panel, tok);
         });
     });
 }

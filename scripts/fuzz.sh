@@ -9,12 +9,10 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 shift || true
 targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(gguf doctor chat-template openai-request)
 cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j "$(nproc)" >/dev/null
+cmake --build --preset fuzz -j "$(nproc)" --target "${targets[@]/%/-fuzz}" >/dev/null
 mkdir -p build/fuzz/artifacts
-if [ ${#targets[@]} -eq 0 ]; then
-  for t in build/fuzz/fuzz/*-fuzz; do targets+=("$(basename "$t" -fuzz)"); done
-fi
 for name in "${targets[@]}"; do
   target="build/fuzz/fuzz/$name-fuzz"
   [ -x "$target" ] || { echo "fuzz: no target '$name'" >&2; exit 2; }

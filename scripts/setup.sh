@@ -78,6 +78,11 @@ step "running tests (ctest, slow tests excluded; HEADROOM_TEST_ARGS='${HEADROOM_
 # shellcheck disable=SC2086
 ctest --preset release -j "$(nproc)" -LE slow ${HEADROOM_TEST_ARGS:-}
 
+step "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (clang, preset fuzz)"
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz -j "$(nproc)"
+ctest --preset fuzz -j "$(nproc)" -L unit -LE slow
+
 step "fuzzing: the GGUF reader for ${HEADROOM_FUZZ_SECONDS:-60}s, the other parsers for 20s each"
 scripts/fuzz.sh "${HEADROOM_FUZZ_SECONDS:-60}" gguf
 scripts/fuzz.sh 20 doctor chat-template openai-request

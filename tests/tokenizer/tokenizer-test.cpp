@@ -32,9 +32,9 @@ std::string gpt2_spelling(std::string_view text) {
 using Ids = std::vector<int32_t>;
 
 // A byte-level BPE vocabulary: ids 0..255 are the bytes, then merged tokens.
-constexpr int32_t kHe = 256, kLl = 257, kHell = 258, kHello = 259, kSpW = 260, kOr = 261,
-                  kSpWor = 262, kLd = 263, kSpWorld = 264, kAa = 265, kImStart = 266, kImEnd = 267,
-                  kEot = 268, kSep = 269, kXyz = 270;
+[[maybe_unused]] constexpr int32_t kHe = 256, kLl = 257, kHell = 258, kHello = 259, kSpW = 260,
+                                   kOr = 261, kSpWor = 262, kLd = 263, kSpWorld = 264, kAa = 265,
+                                   kImStart = 266, kImEnd = 267, kEot = 268, kSep = 269, kXyz = 270;
 
 gguf::GgufWriter bpe_vocab(std::string pre = "gpt-2") {
     std::vector<std::string> tokens;
@@ -152,8 +152,8 @@ TEST(BpeTokenizer, Decodes) {
 }
 
 // A SentencePiece vocabulary with byte fallback; scores decide merges.
-constexpr int32_t kByte0 = 3, kSp = 259, kA = 260, kB = 261, kAb = 262, kSpAb = 263, kSpA = 264,
-                  kC = 265, kBc = 266;
+[[maybe_unused]] constexpr int32_t kByte0 = 3, kSp = 259, kA = 260, kB = 261, kAb = 262,
+                                   kSpAb = 263, kSpA = 264, kC = 265, kBc = 266;
 
 gguf::GgufWriter spm_vocab() {
     std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};

@@ -338,11 +338,12 @@ Value filter_unique(Interpreter&, std::string_view name, const Value& v, CallArg
     ArgBinder a(name, args, {"case_sensitive", "attribute"});
     const bool case_sensitive = a.get_bool(0, false);
     std::vector<Value> out, seen;
-    for (auto& [key, item] : keyed(v, a.get(1), case_sensitive)) {
+    for (auto& keyed_item : keyed(v, a.get(1), case_sensitive)) {
+        const Value& key = keyed_item.first;
         if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, key); }))
             continue;
         seen.push_back(key);
-        out.push_back(item);
+        out.push_back(keyed_item.second);
     }
     return Value::generator(std::move(out));
 }

@@ -66,5 +66,28 @@ for qtype in DEQUANT_ONLY:
     write(f"{qtype.name}.blocks", raw)
     write(f"{qtype.name}.dequant.f32", quants.dequantize(raw.reshape(1, -1), qtype).astype(np.float32))
 
+# Added later, after the others so that their files stay as they were.
+F16_FIELDS.update({T.IQ4_NL: [0], T.IQ4_XS: [0]})
+for qtype in [T.MXFP4]:
+    block_size, _ = GGML_QUANT_SIZES[qtype]
+    n = block_size * N_BLOCKS
+    x = (rng.standard_normal(n) * rng.uniform(0.01, 2.0)).astype(np.float32)
+    x[:block_size] = 0.0
+    x[block_size] = 1.0
+    q = quants.quantize(x.reshape(1, n), qtype)
+    write(f"{qtype.name}.input.f32", x)
+    write(f"{qtype.name}.quant", q)
+    # Random blocks for the dequantizer, with exponents of realistic weights
+    # (2^-20 .. 2^4) rather than up to 2^127.
+    raw = random_blocks(qtype)
+    raw[:, 0] = rng.integers(108, 132, size=N_BLOCKS, dtype=np.uint8)
+    raw[0, 0] = 0  # the smallest exponent: a subnormal scale
+    write(f"{qtype.name}.blocks", raw)
+    write(f"{qtype.name}.dequant.f32", quants.dequantize(raw.reshape(1, -1), qtype).astype(np.float32))
+for qtype in [T.IQ4_NL, T.IQ4_XS]:
+    raw = random_blocks(qtype)
+    write(f"{qtype.name}.blocks", raw)
+    write(f"{qtype.name}.dequant.f32", quants.dequantize(raw.reshape(1, -1), qtype).astype(np.float32))
+
 # Q8_K is not in gguf's dequantizers; its equation (x = d * q) is checked by hand in the test.
 print(f"wrote golden vectors to {out}", file=sys.stderr)

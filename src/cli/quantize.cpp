@@ -15,9 +15,9 @@ namespace headroom::cli {
 namespace {
 
 // The file types quantize writes: the GGUF types of the planner's list that
-// the reference quantizers produce (MXFP4 is read, not written).
+// the reference quantizers produce.
 bool writable(const WeightTypeInfo& t) {
-    return t.gguf && t.type != WeightType::MXFP4;
+    return t.gguf;
 }
 
 std::string writable_names() {

@@ -101,6 +101,9 @@ bool can_dequantize(TensorType type) {
         case TensorType::Q5_K:
         case TensorType::Q6_K:
         case TensorType::Q8_K:
+        case TensorType::IQ4_NL:
+        case TensorType::IQ4_XS:
+        case TensorType::MXFP4:
             return true;
         default:
             return false;

@@ -84,6 +84,18 @@ QuantRecipe gguf_recipe(WeightType t) {
             return {TensorType::Q4_0, TensorMix::Default};
         case WeightType::MXFP4:
             return {TensorType::MXFP4, TensorMix::Mxfp4};
+        case WeightType::IQ4_XS:
+            return {TensorType::IQ4_XS, TensorMix::Iq4};
+        case WeightType::IQ4_NL:
+            return {TensorType::IQ4_NL, TensorMix::Iq4};
+        case WeightType::Q3_K_L:
+            return {TensorType::Q3_K, TensorMix::Q3_K_L};
+        case WeightType::Q3_K_M:
+            return {TensorType::Q3_K, TensorMix::Q3_K_M};
+        case WeightType::Q3_K_S:
+            return {TensorType::Q3_K, TensorMix::Q3_K_S};
+        case WeightType::Q2_K:
+            return {TensorType::Q2_K, TensorMix::Q2_K};
         case WeightType::FP8:
         case WeightType::NF4:
         case WeightType::AWQ:
@@ -125,6 +137,18 @@ uint32_t gguf_file_type_code(WeightType t) {
             return 32;
         case WeightType::MXFP4:
             return 38;
+        case WeightType::Q2_K:
+            return 10;
+        case WeightType::Q3_K_S:
+            return 11;
+        case WeightType::Q3_K_M:
+            return 12;
+        case WeightType::Q3_K_L:
+            return 13;
+        case WeightType::IQ4_NL:
+            return 25;
+        case WeightType::IQ4_XS:
+            return 30;
         default:
             break;
     }
@@ -146,13 +170,19 @@ const std::vector<WeightTypeInfo>& weight_types() {
         {WeightType::Q5_K, "q5_k", "Q5_K", "5-bit", true, 3.8, false},
         {WeightType::Q4_K_M, "q4_k_m", "Q4_K_M", "4-bit", true, 4.0, true},
         {WeightType::Q4_K_S, "q4_k_s", "Q4_K_S", "4-bit", true, 4.2, false},
+        {WeightType::IQ4_XS, "iq4_xs", "IQ4_XS", "4-bit", true, 4.3, false},
         {WeightType::Q4_K, "q4_k", "Q4_K", "4-bit", true, 4.4, false},
         {WeightType::AWQ, "awq", "AWQ int4", "4-bit", false, 4.5, true},
         {WeightType::GPTQ, "gptq", "GPTQ int4", "4-bit", false, 4.5, true},
+        {WeightType::IQ4_NL, "iq4_nl", "IQ4_NL", "4-bit", true, 4.6, false},
         {WeightType::Q4_1, "q4_1", "Q4_1", "4-bit", true, 5.0, true},
         {WeightType::NF4, "nf4", "NF4", "4-bit", false, 5.0, true},
         {WeightType::MXFP4, "mxfp4", "MXFP4", "4-bit", true, 5.0, true},
         {WeightType::Q4_0, "q4_0", "Q4_0", "4-bit", true, 5.5, true},
+        {WeightType::Q3_K_L, "q3_k_l", "Q3_K_L", "3-bit", true, 6.0, false},
+        {WeightType::Q3_K_M, "q3_k_m", "Q3_K_M", "3-bit", true, 6.5, false},
+        {WeightType::Q3_K_S, "q3_k_s", "Q3_K_S", "3-bit", true, 7.0, false},
+        {WeightType::Q2_K, "q2_k", "Q2_K", "2-bit", true, 8.0, false},
     };
     return kTypes;
 }

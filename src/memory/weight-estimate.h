@@ -48,6 +48,12 @@ enum class WeightType {
     Q4_K,  // every matrix Q4_K (no mix)
     Q4_1,
     Q4_0,
+    IQ4_XS,
+    IQ4_NL,
+    Q3_K_L,
+    Q3_K_M,
+    Q3_K_S,
+    Q2_K,
     MXFP4,
     NF4,
     AWQ,

@@ -65,15 +65,26 @@ struct Mix {
         } else if (r.mix == TensorMix::Mxfp4) {
             type = t.n_expert > 1 ? TensorType::MXFP4 : TensorType::Q8_0;
         } else if (cat == Category::AttnQkv) {
+            if (r.mix == TensorMix::Q3_K_M || r.mix == TensorMix::Q3_K_L) type = TensorType::Q4_K;
             if (r.mix == TensorMix::Q4_K_M) type = TensorType::Q5_K;
             if (r.mix == TensorMix::Q5_K_M) type = TensorType::Q6_K;
         } else if (cat == Category::AttnV) {
-            if (k_m() && use_more_bits(i_attention_wv, n_attention_wv))
+            const bool gqa4 = hp.n_head_kv > 0 && hp.n_head / hp.n_head_kv >= 4;
+            if (r.mix == TensorMix::Q2_K)
+                type = gqa4 ? TensorType::Q4_K : TensorType::Q3_K;
+            else if (r.mix == TensorMix::Q3_K_M)
+                type = i_attention_wv < 2 ? TensorType::Q5_K : TensorType::Q4_K;
+            else if (r.mix == TensorMix::Q3_K_L)
+                type = TensorType::Q5_K;
+            else if (r.mix == TensorMix::Iq4 && gqa4)
+                type = TensorType::Q5_K;
+            else if (k_m() && use_more_bits(i_attention_wv, n_attention_wv))
                 type = TensorType::Q6_K;
             else if (r.mix == TensorMix::Q4_K_S && i_attention_wv < 4)
                 type = TensorType::Q5_K;
             // 8 query heads share each attn_v in the 70B models: more bits cost little.
-            if (is_70b && type == TensorType::Q4_K) type = TensorType::Q5_K;
+            if (is_70b && (type == TensorType::Q3_K || type == TensorType::Q4_K))
+                type = TensorType::Q5_K;
             if (hp.n_expert == 8) type = TensorType::Q8_0;
             ++i_attention_wv;
         } else if (cat == Category::AttnK) {
@@ -82,14 +93,32 @@ struct Mix {
             // Mixture-of-experts files name the layer; dense ones count.
             const int64_t i_layer = hp.n_expert > 1 ? t.layer : i_ffn_down;
             const auto n_layer = static_cast<int64_t>(hp.n_layer);
-            if (k_m() && use_more_bits(i_layer, n_layer))
+            if (r.mix == TensorMix::Q2_K)
+                type = TensorType::Q3_K;
+            else if (r.mix == TensorMix::Q3_K_M)
+                type = i_layer < n_layer / 16 ? TensorType::Q5_K : TensorType::Q4_K;
+            else if (r.mix == TensorMix::Q3_K_L)
+                type = TensorType::Q5_K;
+            else if (k_m() && use_more_bits(i_layer, n_layer))
                 type = TensorType::Q6_K;
+            else if (r.mix == TensorMix::Iq4 && i_layer < n_layer / 8)
+                type = TensorType::Q5_K;
             else if (r.mix == TensorMix::Q4_K_S && i_layer < n_layer / 8)
                 type = TensorType::Q5_K;
             ++i_ffn_down;
         } else if (cat == Category::AttnOutput) {
-            if (hp.n_expert == 8 && (r.mix == TensorMix::Q4_K_M || r.mix == TensorMix::Q4_K_S))
+            if (hp.n_expert == 8) {
+                if (r.mix == TensorMix::Q2_K || r.mix == TensorMix::Q3_K_S ||
+                    r.mix == TensorMix::Q3_K_M || r.mix == TensorMix::Iq4 ||
+                    r.mix == TensorMix::Q4_K_M || r.mix == TensorMix::Q4_K_S)
+                    type = TensorType::Q5_K;
+            } else if (r.mix == TensorMix::Q2_K) {
+                type = TensorType::Q3_K;
+            } else if (r.mix == TensorMix::Q3_K_M) {
+                type = TensorType::Q4_K;
+            } else if (r.mix == TensorMix::Q3_K_L) {
                 type = TensorType::Q5_K;
+            }
         }
         return fit_type_to_row(type, t.n_cols);
     }
@@ -118,6 +147,13 @@ TensorType fit_type_to_row(TensorType want, uint64_t row_length) {
         case TensorType::Q6_K:
         case TensorType::Q8_K:
             f = TensorType::Q8_0;
+            break;
+        case TensorType::Q2_K:
+        case TensorType::Q3_K:
+            f = TensorType::Q4_0;
+            break;
+        case TensorType::IQ4_XS:
+            f = TensorType::IQ4_NL;
             break;
         default:
             break;

@@ -10,11 +10,15 @@
 //     output matrix, or the token embeddings when they are tied to it, is
 //     Q6_K (Q8_0 when the file type is Q8_0, or its rows do not fit 256);
 //     the K mixes give attn_v and ffn_down of the layers use_more_bits picks
-//     Q6_K (_M), or the first layers Q5_K (Q4_K_S); 8-expert models keep
-//     attn_v and attn_k Q8_0;
+//     Q6_K (_M), or the first layers Q5_K (Q4_K_S); the 3-bit and 2-bit
+//     mixes raise attn_v, ffn_down and attn_output one or two K types
+//     (Q3_K_M: Q4_K, the first layers Q5_K; Q2_K: Q3_K, attn_v Q4_K under
+//     grouped-query attention of 4 or more); IQ4_NL / IQ4_XS give the first
+//     eighth of ffn_down Q5_K; 8-expert models keep attn_v and attn_k Q8_0;
 //   - a row whose length the type's block does not divide falls back to a
 //     32-element type of similar size: Q4_K -> Q5_0, Q5_K -> Q5_1,
-//     Q6_K -> Q8_0, Q8_K -> Q8_0, and F16 when even 32 does not divide it.
+//     Q6_K -> Q8_0, Q8_K -> Q8_0, Q2_K / Q3_K -> Q4_0, IQ4_XS -> IQ4_NL,
+//     and F16 when even 32 does not divide it.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +37,11 @@ enum class TensorMix {
     Q4_K_M,
     Q5_K_S,
     Q5_K_M,
+    Q3_K_S,
+    Q3_K_M,
+    Q3_K_L,
+    Q2_K,
+    Iq4,    // IQ4_NL and IQ4_XS
     Mxfp4,  // experts MXFP4, other matrices Q8_0
 };
 

@@ -16,7 +16,8 @@ from testlib import headroom_bin, model_path, fail_if, scratch_dir  # noqa: E402
 
 # llama.cpp's file types by name, and the two unmixed K types quantize takes.
 TYPES = ["f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_1", "q5_0", "q5_k",
-         "q4_k_m", "q4_k_s", "q4_k", "q4_1", "q4_0"]
+         "q4_k_m", "q4_k_s", "q4_k", "q4_1", "q4_0", "iq4_xs", "iq4_nl", "mxfp4", "q3_k_l",
+         "q3_k_m", "q3_k_s", "q2_k"]
 
 src = model_path("smollm2-135m")
 tmp = scratch_dir("headroom-plan-vs-quantize-")
@@ -38,7 +39,7 @@ for t in TYPES:
             f"{t}: plan predicts {predicted:,} bytes of weights, quantize wrote {file_bytes:,}")
     print(f"{t:7s} {file_bytes:>12,} bytes  {dict(sorted(by_type.items()))}")
 # A type plan knows but quantize cannot write is refused with the list.
-q = subprocess.run([headroom_bin(), "quantize", src, os.path.join(tmp, "x.gguf"), "mxfp4"],
+q = subprocess.run([headroom_bin(), "quantize", src, os.path.join(tmp, "x.gguf"), "nf4"],
                    capture_output=True, text=True)
 fail_if(q.returncode != 1 or "q4_k_m" not in q.stderr, q.stderr)
 print("ok")

@@ -37,7 +37,8 @@ TEST_P(GoldenDequant, MatchesTheGgufPackage) {
     // (d*sc)*q), so allow 1e-6 relative.
     const bool exact = type == TensorType::F16 || type == TensorType::BF16 ||
                        type == TensorType::Q8_0 || type == TensorType::Q4_0 ||
-                       type == TensorType::Q5_0;
+                       type == TensorType::Q5_0 || type == TensorType::IQ4_NL ||
+                       type == TensorType::MXFP4;
     for (size_t i = 0; i < got.size(); ++i) {
         if (exact) {
             ASSERT_EQ(got[i], expected[i]) << "element " << i;
@@ -52,7 +53,9 @@ INSTANTIATE_TEST_SUITE_P(Types, GoldenDequant,
                          ::testing::Values(TensorType::F16, TensorType::BF16, TensorType::Q4_0,
                                            TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
                                            TensorType::Q8_0, TensorType::Q2_K, TensorType::Q3_K,
-                                           TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
+                                           TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K,
+                                           TensorType::IQ4_NL, TensorType::IQ4_XS,
+                                           TensorType::MXFP4),
                          [](const auto& info) { return std::string(name(info.param)); });
 
 class GoldenQuant : public ::testing::TestWithParam<TensorType> {};
@@ -73,7 +76,7 @@ TEST_P(GoldenQuant, IsBitExactWithTheGgufPackage) {
 INSTANTIATE_TEST_SUITE_P(Types, GoldenQuant,
                          ::testing::Values(TensorType::F16, TensorType::BF16, TensorType::Q4_0,
                                            TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
-                                           TensorType::Q8_0),
+                                           TensorType::Q8_0, TensorType::MXFP4),
                          [](const auto& info) { return std::string(name(info.param)); });
 
 TEST(Dequant, Q8KByHand) {
@@ -155,7 +158,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Bound{TensorType::Q6_K, 3.5e-2}, Bound{TensorType::Q5_0, 5e-2},
                       Bound{TensorType::Q5_1, 5e-2}, Bound{TensorType::Q5_K, 5e-2},
                       Bound{TensorType::Q4_0, 1.1e-1}, Bound{TensorType::Q4_1, 1.1e-1},
-                      Bound{TensorType::Q4_K, 1.0e-1}),
+                      Bound{TensorType::Q4_K, 1.0e-1}, Bound{TensorType::IQ4_NL, 9e-2},
+                      Bound{TensorType::IQ4_XS, 9e-2}, Bound{TensorType::MXFP4, 1.3e-1},
+                      Bound{TensorType::Q3_K, 1.75e-1}, Bound{TensorType::Q2_K, 3.2e-1}),
     [](const auto& info) { return std::string(name(info.param.type)); });
 
 }  // namespace

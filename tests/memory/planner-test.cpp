@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "model/quant-mix.h"
+#include "shape/model-shape.h"
 #include "shape/model-table.h"
 
 namespace headroom {
@@ -169,6 +171,61 @@ TEST(PlannerWeights, Q4_K_MMixOfGemma3ByHand) {
     EXPECT_EQ(m.desc.weight_bytes,
               18ull * 2746368 + 9ull * 1249280 + 9ull * 849920 + 178257920 + 2560);
     EXPECT_EQ(m.desc.weight_bytes, 246587904u);
+}
+
+// The 3-bit, 2-bit and IQ4 mixes on Meta-Llama-3-8B (32 layers, 32 query
+// heads on 8 KV heads: grouped 4 to 1; every row a multiple of 256), each
+// tensor's type by hand from llama.cpp's llama_tensor_get_type.
+TEST(PlannerWeights, LowBitMixesOfLlama3ByHand) {
+    const ModelShape shape = read_hf_config(data("meta-llama-3-8b.json"));
+    const std::vector<WeightTensor> tensors = tensor_inventory(shape);
+    using T = TensorType;
+    struct Want {
+        T other, output, attn_v_first, attn_v, attn_output, ffn_down_first, ffn_down;
+        int32_t n_first_v, n_first_down;  // layers below these take the _first types
+    };
+    const std::pair<WeightType, Want> cases[] = {
+        // Q2_K: attn_v Q4_K (grouped 4 or more), ffn_down and attn_output Q3_K.
+        {WeightType::Q2_K, {T::Q2_K, T::Q6_K, T::Q4_K, T::Q4_K, T::Q3_K, T::Q3_K, T::Q3_K, 0, 0}},
+        {WeightType::Q3_K_S, {T::Q3_K, T::Q6_K, T::Q3_K, T::Q3_K, T::Q3_K, T::Q3_K, T::Q3_K, 0, 0}},
+        // Q3_K_M: attn_v of layers 0-1 Q5_K, the rest Q4_K; ffn_down of the
+        // first 32/16 layers Q5_K, the rest Q4_K; attn_output Q4_K.
+        {WeightType::Q3_K_M, {T::Q3_K, T::Q6_K, T::Q5_K, T::Q4_K, T::Q4_K, T::Q5_K, T::Q4_K, 2, 2}},
+        {WeightType::Q3_K_L, {T::Q3_K, T::Q6_K, T::Q5_K, T::Q5_K, T::Q5_K, T::Q5_K, T::Q5_K, 0, 0}},
+        // IQ4_XS / IQ4_NL: attn_v Q5_K (grouped 4 or more), ffn_down of the
+        // first 32/8 layers Q5_K.
+        {WeightType::IQ4_XS,
+         {T::IQ4_XS, T::Q6_K, T::Q5_K, T::Q5_K, T::IQ4_XS, T::Q5_K, T::IQ4_XS, 0, 4}},
+        {WeightType::IQ4_NL,
+         {T::IQ4_NL, T::Q6_K, T::Q5_K, T::Q5_K, T::IQ4_NL, T::Q5_K, T::IQ4_NL, 0, 4}},
+    };
+    for (const auto& [type, want] : cases) {
+        const std::vector<T> got = choose_tensor_types(tensors, shape.hp, gguf_recipe(type));
+        ASSERT_EQ(got.size(), tensors.size());
+        for (size_t i = 0; i < tensors.size(); ++i) {
+            const WeightTensor& t = tensors[i];
+            SCOPED_TRACE(t.name + " as " + std::string(name(type)));
+            if (!t.is_matrix()) {
+                EXPECT_EQ(got[i], T::F32);
+            } else if (t.name == "output.weight") {
+                EXPECT_EQ(got[i], want.output);
+            } else if (t.name.ends_with("attn_v.weight")) {
+                EXPECT_EQ(got[i], t.layer < want.n_first_v ? want.attn_v_first : want.attn_v);
+            } else if (t.name.ends_with("attn_output.weight")) {
+                EXPECT_EQ(got[i], want.attn_output);
+            } else if (t.name.ends_with("ffn_down.weight")) {
+                EXPECT_EQ(got[i],
+                          t.layer < want.n_first_down ? want.ffn_down_first : want.ffn_down);
+            } else {
+                EXPECT_EQ(got[i], want.other);
+            }
+        }
+    }
+    // Rows that 256 does not divide: llama.cpp's tensor_type_fallback.
+    EXPECT_EQ(fit_type_to_row(T::Q2_K, 576), T::Q4_0);
+    EXPECT_EQ(fit_type_to_row(T::Q3_K, 576), T::Q4_0);
+    EXPECT_EQ(fit_type_to_row(T::IQ4_XS, 576), T::IQ4_NL);
+    EXPECT_EQ(fit_type_to_row(T::Q3_K, 40), T::F16);
 }
 
 TEST(PlannerWeights, SixteenBitAndHfFormats) {

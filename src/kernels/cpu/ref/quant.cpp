@@ -220,16 +220,73 @@ void dequant_q8_k(const uint8_t* b, float* y) {
     for (int j = 0; j < 256; ++j) y[j] = d * static_cast<int8_t>(b[4 + j]);
 }
 
+// ---- non-linear 4-bit formats -------------------------------------------
+
+// The 16 levels of IQ4_NL and IQ4_XS: a 4-bit index picks one, nearer
+// together near zero, where most weights lie.
+constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                   1,    13,   25,  38,  53,  69,  89,  113};
+
+// IQ4_NL: {f16 d; u8 qs[16]}. x[j] = d * kIq4Levels[nibble_j]; nibbles as Q4_0's.
+void dequant_iq4_nl(const uint8_t* b, float* y) {
+    const float d = load_f16(b);
+    for (int j = 0; j < 16; ++j) {
+        y[j] = d * kIq4Levels[b[2 + j] & 0x0F];
+        y[j + 16] = d * kIq4Levels[b[2 + j] >> 4];
+    }
+}
+
+// IQ4_XS: {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}, 8 sub-blocks of
+// 32. Sub-block s's 6-bit scale ls = nibble s of scales_l | (2 bits 2s of
+// scales_h) << 4; x = d * (ls - 32) * kIq4Levels[nibble], each sub-block's
+// 16 qs bytes as an IQ4_NL block's.
+void dequant_iq4_xs(const uint8_t* b, float* y) {
+    const float d = load_f16(b);
+    const uint16_t scales_h = load_u16(b + 2);
+    for (int s = 0; s < 8; ++s, y += 32) {
+        const int ls =
+            ((b[4 + s / 2] >> (4 * (s % 2))) & 0x0F) | (((scales_h >> (2 * s)) & 3) << 4);
+        const float dl = d * static_cast<float>(ls - 32);
+        const uint8_t* qs = b + 8 + 16 * s;
+        for (int j = 0; j < 16; ++j) {
+            y[j] = dl * kIq4Levels[qs[j] & 0x0F];
+            y[j + 16] = dl * kIq4Levels[qs[j] >> 4];
+        }
+    }
+}
+
+// MXFP4 (OCP microscaling FP4): {u8 e; u8 qs[16]}. Each nibble is an E2M1
+// number (sign, 2 exponent bits, 1 mantissa bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6),
+// stored here doubled as kMxfp4Levels; the block's scale is the E8M0 power
+// 2^(e - 127), so x[j] = kMxfp4Levels[nibble_j] * 2^(e - 128). Nibbles as Q4_0's.
+constexpr int8_t kMxfp4Levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+float mxfp4_half_scale(uint8_t e) {
+    return std::ldexp(1.0f, static_cast<int>(e) - 128);
+}
+
+void dequant_mxfp4(const uint8_t* b, float* y) {
+    const float d = mxfp4_half_scale(b[0]);
+    for (int j = 0; j < 16; ++j) {
+        y[j] = d * kMxfp4Levels[b[1 + j] & 0x0F];
+        y[j + 16] = d * kMxfp4Levels[b[1 + j] >> 4];
+    }
+}
+
 // ---- quantizers -----------------------------------------------------------
 
+// A NaN element (or an infinite one, whose block gets d = inf and id = 0)
+// stores 0: no float-to-integer conversion of a value out of range.
 void quant_q8_0(const float* x, uint8_t* b) {
     float amax = 0;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
     const float d = amax / 127.0f;
     const float id = d ? 1.0f / d : 0.0f;
     store_f16(b, d);
-    for (int j = 0; j < 32; ++j)
-        b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
+    for (int j = 0; j < 32; ++j) {
+        const float q = std::round(x[j] * id);
+        b[2 + j] = static_cast<uint8_t>(std::isnan(q) ? 0 : static_cast<int8_t>(q));
+    }
 }
 
 // The element of largest magnitude, with its sign.
@@ -314,7 +371,6 @@ void quant_q5_1(const float* x, uint8_t* b) {
     std::memcpy(b + 4, &qh, 4);
 }
 
-constexpr int kSubBlock = 32;
 constexpr int kMaxTrials = 24;  // the trial scales of one fit, computed side by side
 
 // l = round-half-even(clamp(v, 0, nmax)), as a float. Clamping first gives the
@@ -326,9 +382,9 @@ inline float level(float v, float nmax) {
 }
 
 // Weighted least-squares fit of x ~ scale * L + min with L in [0, nmax] over
-// one 32-element sub-block, after ggml's make_qkx2_quants: the plain min/max
-// scale, then nstep + 1 trial scales (nmax + rmin + rdelta * is) / (max -
-// min), each refined by solving the 2x2 normal equations
+// one sub-block of n <= 32 elements (32 for Q4_K / Q5_K, 16 for Q2_K), after ggml's
+// make_qkx2_quants: the plain min/max scale, then nstep + 1 trial scales (nmax + rmin + rdelta *
+// is) / (max - min), each refined by solving the 2x2 normal equations
 //   [sum w    sum wl ] [min  ]   [sum wx ]
 //   [sum wl   sum wl2] [scale] = [sum wlx]
 // (min clamped to <= 0). For that solution the weighted error is
@@ -338,14 +394,14 @@ inline float level(float v, float nmax) {
 // are independent and computed side by side, one per vector lane: each
 // trial's sums still run over the elements in order, the same on every
 // instruction set. Cloned for AVX2. Returns scale; *neg_min = -min >= 0.
-[[gnu::target_clones("avx2", "default")]] float fit_scale_min(int nmax_int, const float* x,
+[[gnu::target_clones("avx2", "default")]] float fit_scale_min(int n, int nmax_int, const float* x,
                                                               const float* w, uint8_t* L,
                                                               float* neg_min, float rmin,
                                                               float rdelta, int nstep) {
     const auto nmax = static_cast<float>(nmax_int);
     float min = x[0], max = x[0];
     float sum_w = 0, sum_x = 0, sum_xx = 0;
-    for (int i = 0; i < kSubBlock; ++i) {
+    for (int i = 0; i < n; ++i) {
         min = std::min(min, x[i]);
         max = std::max(max, x[i]);
         sum_w += w[i];
@@ -354,7 +410,7 @@ inline float level(float v, float nmax) {
     }
     if (min > 0) min = 0;
     if (max == min) {
-        std::fill(L, L + kSubBlock, 0);
+        std::fill(L, L + n, 0);
         *neg_min = -min;
         return 0.0f;
     }
@@ -362,7 +418,7 @@ inline float level(float v, float nmax) {
     float best_iscale = nmax / (max - min);
     float scale = 1 / best_iscale;
     float best_error = 0;
-    for (int i = 0; i < kSubBlock; ++i) {
+    for (int i = 0; i < n; ++i) {
         const float diff = scale * level(best_iscale * (x[i] - min), nmax) + min - x[i];
         best_error += w[i] * diff * diff;
     }
@@ -371,7 +427,7 @@ inline float level(float v, float nmax) {
     for (int t = 0; t < kMaxTrials; ++t)
         iscale[t] =
             (rmin + rdelta * static_cast<float>(std::min(t, n_trials - 1)) + nmax) / (max - min);
-    for (int i = 0; i < kSubBlock; ++i) {
+    for (int i = 0; i < n; ++i) {
         const float xm = x[i] - data_min, wi = w[i], xi = x[i];
         for (int t = 0; t < kMaxTrials; ++t) {
             const float l = level(iscale[t] * xm, nmax);
@@ -398,7 +454,7 @@ inline float level(float v, float nmax) {
             min = this_min;
         }
     }
-    for (int i = 0; i < kSubBlock; ++i)
+    for (int i = 0; i < n; ++i)
         L[i] = static_cast<uint8_t>(level(best_iscale * (x[i] - data_min), nmax));
     *neg_min = -min;
     return scale;
@@ -462,7 +518,8 @@ void fit_k_block(const float* x, int nmax, uint8_t* b, uint8_t* L) {
         for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
         const float av_x = std::sqrt(sum_x2 / 32);
         for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
-        scales[j] = fit_scale_min(nmax, x + 32 * j, weights, L + 32 * j, &mins[j], -1.0f, 0.1f, 20);
+        scales[j] =
+            fit_scale_min(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], -1.0f, 0.1f, 20);
         max_scale = std::max(max_scale, scales[j]);
         max_min = std::max(max_min, mins[j]);
     }
@@ -568,6 +625,223 @@ void quant_q6_k(const float* x, uint8_t* b) {
     }
 }
 
+// Q2_K and Q3_K keep their 2-bit fields in the same places: element
+// e = 128 h + 32 k + l (h < 2, k < 4, l < 32) is bits 2k..2k+1 of qs[32 h + l].
+void pack_2bit_fields(const uint8_t* L, uint8_t* qs) {
+    std::memset(qs, 0, 64);
+    for (int e = 0; e < 256; ++e)
+        qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>((L[e] & 3) << (2 * ((e % 128) / 32)));
+}
+
+// Q2_K: per 16-element sub-block, x ~ scale * L + min (L in 0..3) by the
+// weighted fit Q4_K uses (weights |x|, ggml's trial range); the scales and
+// the mins are then quantized to 4 bits against the block's d = max scale / 15
+// and dmin = max min / 15, and L refitted to the quantized pair.
+void quant_q2_k(const float* x, uint8_t* b) {
+    uint8_t L[256];
+    float scales[16], mins[16], weights[16];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 16; ++j) {
+        for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
+        scales[j] =
+            fit_scale_min(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], -0.5f, 0.1f, 15);
+        max_scale = std::max(max_scale, scales[j]);
+        max_min = std::max(max_min, mins[j]);
+    }
+    uint8_t* sc = b;
+    const float inv_scale = max_scale > 0 ? 15.0f / max_scale : 0.0f;
+    const float inv_min = max_min > 0 ? 15.0f / max_min : 0.0f;
+    for (int j = 0; j < 16; ++j) {
+        const int ls = std::min(15, nearest_int(inv_scale * scales[j]));
+        const int lm = std::min(15, nearest_int(inv_min * mins[j]));
+        sc[j] = static_cast<uint8_t>(ls | (lm << 4));
+    }
+    store_f16(b + 80, max_scale / 15.0f);
+    store_f16(b + 82, max_min / 15.0f);
+    const float d_all = load_f16(b + 80), dmin_all = load_f16(b + 82);
+    for (int j = 0; j < 16; ++j) {
+        const float d = d_all * (sc[j] & 0xF);
+        if (!d) continue;
+        const float dm = dmin_all * (sc[j] >> 4);
+        for (int l = 0; l < 16; ++l)
+            L[16 * j + l] = static_cast<uint8_t>(level((x[16 * j + l] + dm) / d, 3.0f));
+    }
+    pack_2bit_fields(L, b + 16);
+}
+
+// Q3_K: per 16-element sub-block the symmetric fit x ~ scale * (L - 4), L in
+// 0..7 (Q6_K's fit with nmax 4); the 16 scales quantized to signed 6 bits
+// against d = -(the scale of largest magnitude) / 32, and L refitted. L's
+// low two bits go to qs, bit 2 to hmask: element e = 32 k + l (k < 8, l < 32)
+// is bit k of hmask[l]. Scale s (0..63, stored s + 32) keeps its low nibble
+// in byte s (s < 8) or the high nibble of byte s - 8, its top two bits at
+// 2 (s / 4) of byte 8 + s % 4.
+void quant_q3_k(const float* x, uint8_t* b) {
+    int8_t L[256];
+    float scales[16];
+    float max_scale = 0, max_abs_scale = 0;
+    for (int j = 0; j < 16; ++j) {
+        scales[j] = fit_scale_symmetric(16, 4, x + 16 * j, L + 16 * j);
+        if (std::fabs(scales[j]) > max_abs_scale) {
+            max_abs_scale = std::fabs(scales[j]);
+            max_scale = scales[j];
+        }
+    }
+    std::memset(b, 0, 110);
+    if (max_abs_scale < kGroupMaxEps) return;
+    const float iscale = -32.0f / max_scale;
+    uint8_t* sc = b + 96;
+    int ls[16];
+    for (int j = 0; j < 16; ++j) {
+        ls[j] = std::clamp(nearest_int(iscale * scales[j]), -32, 31);
+        const int v = ls[j] + 32;
+        if (j < 8)
+            sc[j] |= static_cast<uint8_t>(v & 0xF);
+        else
+            sc[j - 8] |= static_cast<uint8_t>((v & 0xF) << 4);
+        sc[8 + j % 4] |= static_cast<uint8_t>((v >> 4) << (2 * (j / 4)));
+    }
+    store_f16(b + 108, 1 / iscale);
+    const float d_all = load_f16(b + 108);
+    uint8_t U[256];
+    for (int j = 0; j < 16; ++j) {
+        const float d = d_all * static_cast<float>(ls[j]);
+        for (int l = 0; l < 16; ++l) {
+            const int e = 16 * j + l;
+            U[e] = static_cast<uint8_t>(d ? std::clamp(nearest_int(x[e] / d), -4, 3) + 4 : L[e]);
+        }
+    }
+    uint8_t* hmask = b;
+    for (int e = 0; e < 256; ++e)
+        if (U[e] > 3) hmask[e % 32] |= static_cast<uint8_t>(1 << (e / 32));
+    pack_2bit_fields(U, b + 32);
+}
+
+// The index of the level of kIq4Levels nearest v (the levels ascend).
+inline uint8_t nearest_iq4_level(float v) {
+    if (v <= kIq4Levels[0]) return 0;
+    if (v >= kIq4Levels[15]) return 15;
+    int i = 0;
+    while (v > kIq4Levels[i + 1]) ++i;  // kIq4Levels[i] < v <= kIq4Levels[i + 1]
+    return static_cast<uint8_t>(v - kIq4Levels[i] <= kIq4Levels[i + 1] - v ? i : i + 1);
+}
+
+// Weighted fit x ~ d * kIq4Levels[L] over n elements (weights x^2): the
+// sub-block's largest magnitude is put near the level -127 and near 14
+// trial levels beside it; for each, L is the nearest level and d the
+// least-squares scale sum(w q x) / sum(w q^2); the trial with the smallest
+// error (largest (sum w q x)^2 / sum w q^2) is kept. Returns d.
+float fit_iq4(int n, const float* x, uint8_t* L) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; ++i) {
+        if (std::fabs(x[i]) > amax) {
+            amax = std::fabs(x[i]);
+            max = x[i];
+        }
+    }
+    if (amax < kGroupMaxEps) {
+        std::fill(L, L + n, nearest_iq4_level(0));
+        return 0.0f;
+    }
+    float best_d = 0, best = -1;
+    uint8_t trial[32];
+    for (int t = -7; t <= 7; ++t) {
+        const float id = static_cast<float>(kIq4Levels[0] + t) / max;
+        float sum_qx = 0, sum_q2 = 0;
+        for (int i = 0; i < n; ++i) {
+            trial[i] = nearest_iq4_level(id * x[i]);
+            const float q = kIq4Levels[trial[i]], w = x[i] * x[i];
+            sum_qx += w * q * x[i];
+            sum_q2 += w * q * q;
+        }
+        if (sum_q2 > 0 && sum_qx * sum_qx > best * sum_q2) {
+            best = sum_qx * sum_qx / sum_q2;
+            best_d = sum_qx / sum_q2;
+            std::copy(trial, trial + n, L);
+        }
+    }
+    return best_d;
+}
+
+// L[i] = the nearest level of x[i] / d (d as stored).
+void refit_iq4(int n, const float* x, float d, uint8_t* L) {
+    const float id = d ? 1 / d : 0.0f;
+    for (int i = 0; i < n; ++i) L[i] = nearest_iq4_level(id * x[i]);
+}
+
+void pack_iq4_nibbles(const uint8_t* L, uint8_t* qs) {
+    for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(L[j] | (L[j + 16] << 4));
+}
+
+void quant_iq4_nl(const float* x, uint8_t* b) {
+    uint8_t L[32];
+    store_f16(b, fit_iq4(32, x, L));
+    refit_iq4(32, x, load_f16(b), L);
+    pack_iq4_nibbles(L, b + 2);
+}
+
+// IQ4_XS: each 32-element sub-block's IQ4 fit; the 8 scales quantized to
+// signed 6 bits against d = -(the scale of largest magnitude) / 32, and L
+// refitted to the quantized scale.
+void quant_iq4_xs(const float* x, uint8_t* b) {
+    uint8_t L[32];
+    float scales[8];
+    float max_scale = 0, max_abs_scale = 0;
+    for (int j = 0; j < 8; ++j) {
+        scales[j] = fit_iq4(32, x + 32 * j, L);
+        if (std::fabs(scales[j]) > max_abs_scale) {
+            max_abs_scale = std::fabs(scales[j]);
+            max_scale = scales[j];
+        }
+    }
+    std::memset(b, 0, 136);
+    if (max_abs_scale < kGroupMaxEps) {
+        for (int j = 0; j < 8; ++j) {
+            std::fill(L, L + 32, nearest_iq4_level(0));
+            pack_iq4_nibbles(L, b + 8 + 16 * j);
+        }
+        return;
+    }
+    store_f16(b, -max_scale / 32.0f);
+    const float d = load_f16(b);
+    uint16_t scales_h = 0;
+    for (int j = 0; j < 8; ++j) {
+        const int l = d ? std::clamp(nearest_int(scales[j] / d), -32, 31) : 0;
+        const int v = l + 32;
+        b[4 + j / 2] |= static_cast<uint8_t>((v & 0xF) << (4 * (j % 2)));
+        scales_h = static_cast<uint16_t>(scales_h | ((v >> 4) << (2 * j)));
+        refit_iq4(32, x + 32 * j, d * static_cast<float>(l), L);
+        pack_iq4_nibbles(L, b + 8 + 16 * j);
+    }
+    store_u16(b + 2, scales_h);
+}
+
+// MXFP4: the half-scale 2^(e - 128) with e = floor(log2 amax) + 125, so
+// amax / scale is in [8, 16) and the largest level (12) saturates above 12;
+// each element takes the level nearest x / scale (the first of equals).
+void quant_mxfp4(const float* x, uint8_t* b) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const int e =
+        amax > 0 ? std::clamp(static_cast<int>(std::floor(std::log2(amax))) + 125, 0, 254) : 0;
+    b[0] = static_cast<uint8_t>(e);
+    const float d = mxfp4_half_scale(b[0]);
+    uint8_t L[32];
+    for (int j = 0; j < 32; ++j) {
+        int best = 0;
+        float best_err = std::fabs(d * kMxfp4Levels[0] - x[j]);
+        for (int k = 1; k < 16; ++k) {
+            const float err = std::fabs(d * kMxfp4Levels[k] - x[j]);
+            if (err < best_err) {
+                best_err = err;
+                best = k;
+            }
+        }
+        L[j] = static_cast<uint8_t>(best);
+    }
+    pack_iq4_nibbles(L, b + 1);
+}
+
 void quant_q8_k(const float* x, uint8_t* b) {
     std::memset(b, 0, 292);
     const float max = signed_absmax(x, 256);
@@ -612,6 +886,12 @@ DequantFn dequant_fn(TensorType type) {
             return dequant_q6_k;
         case TensorType::Q8_K:
             return dequant_q8_k;
+        case TensorType::IQ4_NL:
+            return dequant_iq4_nl;
+        case TensorType::IQ4_XS:
+            return dequant_iq4_xs;
+        case TensorType::MXFP4:
+            return dequant_mxfp4;
         default:
             return nullptr;
     }
@@ -637,6 +917,16 @@ QuantFn quant_fn(TensorType type) {
             return quant_q6_k;
         case TensorType::Q8_K:
             return quant_q8_k;
+        case TensorType::Q2_K:
+            return quant_q2_k;
+        case TensorType::Q3_K:
+            return quant_q3_k;
+        case TensorType::IQ4_NL:
+            return quant_iq4_nl;
+        case TensorType::IQ4_XS:
+            return quant_iq4_xs;
+        case TensorType::MXFP4:
+            return quant_mxfp4;
         default:
             return nullptr;
     }

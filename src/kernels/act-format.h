@@ -1,8 +1,8 @@
 // Layout of one token's activations quantized for the integer matmul kernels
 // (Context::acts_q holds n_tokens such rows, each q_row_bytes apart).
 //
-// The block size follows the weights: 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, 256
-// for the K types. Per block, a = rne(x * kMax / amax) with kMax = 127 (Int8)
+// The block size follows the weights: 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/
+// MXFP4, 256 for the K types. Per block, a = rne(x * kMax / amax) with kMax = 127 (Int8)
 // or 32512 (Int16), and d the block's scale as ref::quantize_acts rounds it
 // (f16 for Int8 32-element blocks, as llama.cpp's Q8_0 / Q8_1). An Int16
 // value is stored as two int8 halves, a = 256 * hi + lo with lo the low byte
@@ -44,6 +44,8 @@ inline bool is_int_type(TensorType t) {
         case TensorType::Q5_0:
         case TensorType::Q5_1:
         case TensorType::Q8_0:
+        case TensorType::IQ4_NL:
+        case TensorType::MXFP4:
         case TensorType::Q4_K:
         case TensorType::Q5_K:
         case TensorType::Q6_K:
@@ -51,6 +53,13 @@ inline bool is_int_type(TensorType t) {
         default:
             return false;
     }
+}
+
+// 32-element types whose weights are signed 8-bit levels times the block's
+// scale: Q8_0 stores them; IQ4_NL and MXFP4 store 4-bit indices into a table
+// of 16 (ref::kIq4Levels, ref::kMxfp4Levels).
+constexpr bool has_s8_levels(TensorType t) {
+    return t == TensorType::Q8_0 || t == TensorType::IQ4_NL || t == TensorType::MXFP4;
 }
 
 struct ActLayout {

@@ -180,8 +180,9 @@ TEST_P(IntMatmul, ABatchOfSeveralTokenTilesMatchesTheSpec) {
 INSTANTIATE_TEST_SUITE_P(
     Types, IntMatmul,
     ::testing::Combine(::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
-                                         TensorType::Q5_1, TensorType::Q8_0, TensorType::Q4_K,
-                                         TensorType::Q5_K, TensorType::Q6_K),
+                                         TensorType::Q5_1, TensorType::Q8_0, TensorType::IQ4_NL,
+                                         TensorType::MXFP4, TensorType::Q4_K, TensorType::Q5_K,
+                                         TensorType::Q6_K),
                        ::testing::Values(ActPrecision::Int8, ActPrecision::Int16)),
     [](const auto& info) {
         return std::string(name(std::get<0>(info.param))) +
@@ -224,8 +225,9 @@ TEST_P(F32ActsMatmul, MatchesTheSpecExactlyAndTheReferenceToRounding) {
 
 INSTANTIATE_TEST_SUITE_P(Types, F32ActsMatmul,
                          ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
-                                           TensorType::Q5_1, TensorType::Q8_0, TensorType::Q4_K,
-                                           TensorType::Q5_K, TensorType::Q6_K),
+                                           TensorType::Q5_1, TensorType::Q8_0, TensorType::IQ4_NL,
+                                           TensorType::MXFP4, TensorType::Q4_K, TensorType::Q5_K,
+                                           TensorType::Q6_K),
                          [](const auto& info) { return std::string(name(info.param)); });
 
 class FloatMatmul : public ::testing::TestWithParam<TensorType> {};
@@ -369,6 +371,46 @@ TEST(Matmul, Q8_0WeightsAtTheEndsOfTheirRangeAreExact) {
                 const auto y = run(*ops, m, x, nt, tc.ctx());
                 for (size_t i = 0; i < y.size(); ++i)
                     ASSERT_TRUE(same_bits(y[i], spec[i])) << nt << " tokens, element " << i;
+            }
+        }
+    }
+}
+
+// MXFP4 exponents at both ends (0 and 1 give subnormal scales, 255 the
+// largest, 2^127, as ggml reads it) and between, every nibble random: each
+// row one exponent, both activation precisions, bit for bit.
+TEST(Matmul, Mxfp4ScalesAtTheEndsOfTheirRangeAreExact) {
+    HR_REQUIRE_FAST_BACKEND();
+    const uint8_t exponents[] = {0, 1, 2, 3, 100, 127, 128, 200, 253, 254, 255};
+    const auto n_rows = static_cast<int64_t>(std::size(exponents));
+    const int64_t n_cols = 256, n_tokens = 5;
+    Weights w = random_weights(TensorType::MXFP4, n_rows, n_cols, 91);
+    std::mt19937 rng(92);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        for (int64_t b = 0; b < n_cols / 32; ++b) {
+            uint8_t* blk = w.bytes.data() + r * w.m.row_bytes + b * 17;
+            blk[0] = exponents[r];
+            for (int j = 1; j < 17; ++j) blk[j] = static_cast<uint8_t>(rng());
+        }
+    }
+    const auto x = random_acts(n_tokens, n_cols, 93);
+    TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
+    std::vector<uint8_t> store;
+    for (const ActPrecision quant : {ActPrecision::Int8, ActPrecision::Int16}) {
+        std::vector<float> spec(static_cast<size_t>(n_tokens * n_rows));
+        ref::matmul_int(w.m, x.data(), n_tokens, quant, spec.data());
+        tc.ctx().act_precision = quant;
+        for (const Ops* ops : fast_backends()) {
+            for (const bool packed : {false, true}) {
+                SCOPED_TRACE(std::string(ops->name) + (packed ? " repacked" : " as stored"));
+                const Matrix m = packed ? repacked(*ops, w.m, store, tc.ctx()) : w.m;
+                for (const int64_t nt : {int64_t{1}, n_tokens}) {
+                    const auto y = run(*ops, m, x, nt, tc.ctx());
+                    for (size_t i = 0; i < y.size(); ++i)
+                        ASSERT_TRUE(same_bits(y[i], spec[i]))
+                            << nt << " tokens, exponent " << int{exponents[i % n_rows]} << ": "
+                            << y[i] << ", spec " << spec[i];
+                }
             }
         }
     }

@@ -85,6 +85,21 @@ void decode(TensorType type, const uint8_t* b, IntBlock* o) {
             o->offset = 0;
             for (int j = 0; j < 32; ++j) o->q[j] = static_cast<int8_t>(b[2 + j]);
             return;
+        case TensorType::IQ4_NL:
+        case TensorType::MXFP4: {
+            // A table's levels: IQ4_NL {f16 d; u8 qs[16]}, MXFP4 {u8 e; u8 qs[16]}
+            // with d = 2^(e - 128) for the doubled levels.
+            const bool mx = type == TensorType::MXFP4;
+            const int8_t* levels = mx ? kMxfp4Levels : kIq4Levels;
+            const uint8_t* qs = b + (mx ? 1 : 2);
+            o->d = mx ? mxfp4_half_scale(b[0]) : load_f16(b);
+            o->offset = 0;
+            for (int j = 0; j < 16; ++j) {
+                o->q[j] = levels[qs[j] & 0xF];
+                o->q[j + 16] = levels[qs[j] >> 4];
+            }
+            return;
+        }
         case TensorType::Q4_K:
         case TensorType::Q5_K: {
             const bool five = type == TensorType::Q5_K;

@@ -31,9 +31,11 @@ inline void split_int16(int32_t a, int8_t* hi, int8_t* lo) {
 }
 
 // y (n_tokens, w.n_rows) as the integer kernels compute it, for w.type one of
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. Per row r and token t, with
-// exact integer block sums:
-//   32-element types:  acc = fma(isum_b, dw_b * da_b, acc)
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K. Per row r and
+// token t, with exact integer block sums:
+//   32-element types:  acc = fma(isum_b, dw_b * da_b, acc), isum over the
+//                      weights' integer levels (IQ4_NL and MXFP4: the table's,
+//                      MXFP4's doubled with dw = 2^(e - 128))
 //                      then, Q4_1/Q5_1: acc = fma(mw_b, s_b, acc)
 //   Q4_K/Q5_K, Int8:   acc = fma(S, d * da, acc); acc = fma(-M, dmin * da, acc)
 //                      S = sum_s sc_s * dot_s, M = sum_s m_s * asum_s

@@ -222,11 +222,6 @@ void dequant_q8_k(const uint8_t* b, float* y) {
 
 // ---- non-linear 4-bit formats -------------------------------------------
 
-// The 16 levels of IQ4_NL and IQ4_XS: a 4-bit index picks one, nearer
-// together near zero, where most weights lie.
-constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                   1,    13,   25,  38,  53,  69,  89,  113};
-
 // IQ4_NL: {f16 d; u8 qs[16]}. x[j] = d * kIq4Levels[nibble_j]; nibbles as Q4_0's.
 void dequant_iq4_nl(const uint8_t* b, float* y) {
     const float d = load_f16(b);
@@ -256,15 +251,9 @@ void dequant_iq4_xs(const uint8_t* b, float* y) {
 }
 
 // MXFP4 (OCP microscaling FP4): {u8 e; u8 qs[16]}. Each nibble is an E2M1
-// number (sign, 2 exponent bits, 1 mantissa bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6),
-// stored here doubled as kMxfp4Levels; the block's scale is the E8M0 power
-// 2^(e - 127), so x[j] = kMxfp4Levels[nibble_j] * 2^(e - 128). Nibbles as Q4_0's.
-constexpr int8_t kMxfp4Levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
-float mxfp4_half_scale(uint8_t e) {
-    return std::ldexp(1.0f, static_cast<int>(e) - 128);
-}
-
+// number, stored doubled as kMxfp4Levels; the block's scale is the E8M0
+// power 2^(e - 127), so x[j] = kMxfp4Levels[nibble_j] * 2^(e - 128). Nibbles
+// as Q4_0's.
 void dequant_mxfp4(const uint8_t* b, float* y) {
     const float d = mxfp4_half_scale(b[0]);
     for (int j = 0; j < 16; ++j) {

@@ -23,10 +23,8 @@ constexpr int32_t weight_offset(TensorType t) {
             return 8;
         case TensorType::Q5_0:
             return 16;
-        case TensorType::Q8_0:
-            return V::kQ8Unsigned ? 128 : 0;
         default:
-            return 0;
+            return has_s8_levels(t) && V::kQ8Unsigned ? 128 : 0;
     }
 }
 

@@ -69,7 +69,7 @@ void dequant_panel(TensorType t, const uint8_t* panel, int64_t nb, float* out) {
             if (t == TensorType::Q4_1 || t == TensorType::Q5_1) {
                 const F m = V::fload(reinterpret_cast<const float*>(panel + 9 * vb));
                 dequant_cols<V, false>(panel, 8, d, m, true, zero, o);
-            } else if (t == TensorType::Q8_0 && !V::kQ8Unsigned) {
+            } else if (has_s8_levels(t) && !V::kQ8Unsigned) {
                 dequant_cols<V, true>(panel, 8, d, zero, false, zero, o);
             } else {
                 const float off = static_cast<float>(t == TensorType::Q4_0   ? 8

@@ -115,14 +115,14 @@ HR_KERNEL_INLINE void block_32(const typename V::I* w, typename V::F dw, typenam
                                const Tok* tok, int64_t blk, typename V::F* acc) {
     using I = typename V::I;
     constexpr bool kMin = Read32<V, T>::kMin;
-    constexpr bool kSigned = T == TensorType::Q8_0 && !V::kQ8Unsigned;
+    constexpr bool kSigned = has_s8_levels(T) && !V::kQ8Unsigned;
     I ia[NR], il[NR];
     for (int t = 0; t < NR; ++t) {
         const I corr = kMin ? V::zero() : V::bcast32(tok[t].sums + 4 * blk);
         ia[t] = kI16 ? V::zero() : corr;
         if (kI16) il[t] = corr;
     }
-    if constexpr (V::kPairSums16 && !kI16 && T != TensorType::Q8_0) {
+    if constexpr (V::kPairSums16 && !kI16 && !has_s8_levels(T)) {
         // The multiply-add's int16 pair sums are added as int16 and widened
         // once per G vectors. |level| <= 15 (4-bit) or 31 (5-bit), |a| <= 127:
         // G = 8 pairs sum to at most 30480, G = 4 to 31496, short of 2^15, so
@@ -517,6 +517,10 @@ IntKernel<V> int_kernel_for(TensorType t) {
             return make_kernel<V, TensorType::Q5_1, kI16, kPacked>();
         case TensorType::Q8_0:
             return make_kernel<V, TensorType::Q8_0, kI16, kPacked>();
+        case TensorType::IQ4_NL:
+            return make_kernel<V, TensorType::IQ4_NL, kI16, kPacked>();
+        case TensorType::MXFP4:
+            return make_kernel<V, TensorType::MXFP4, kI16, kPacked>();
         case TensorType::Q4_K:
             return make_kernel<V, TensorType::Q4_K, kI16, kPacked>();
         case TensorType::Q5_K:
@@ -611,6 +615,10 @@ void repack(const Matrix& w, uint8_t* dst, const Context& ctx) {
             return repack_matrix<V, TensorType::Q5_1>(w, dst, ctx);
         case TensorType::Q8_0:
             return repack_matrix<V, TensorType::Q8_0>(w, dst, ctx);
+        case TensorType::IQ4_NL:
+            return repack_matrix<V, TensorType::IQ4_NL>(w, dst, ctx);
+        case TensorType::MXFP4:
+            return repack_matrix<V, TensorType::MXFP4>(w, dst, ctx);
         case TensorType::Q4_K:
             return repack_matrix<V, TensorType::Q4_K>(w, dst, ctx);
         case TensorType::Q5_K:

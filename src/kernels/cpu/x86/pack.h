@@ -31,8 +31,10 @@
 //   Q4_K / Q5_K:      w[64], sc i32[8][L], min pairs i16[4][L][2], d f32[L], dmin f32[L]
 //   Q6_K:             w[64], sc i32[16][L], d f32[L]
 // Weight levels: Q4_0 nibble (w + 8), Q5_0 5 bits (w + 16), Q8_0 w + 128 when
-// V::kQ8Unsigned else w as s8, Q4_1/Q5_1/Q4_K/Q5_K the unsigned level, Q6_K
-// w + 32. The activation side subtracts offset * sum(a).
+// V::kQ8Unsigned else w as s8, IQ4_NL and MXFP4 their table's level as Q8_0's
+// w (the repacked copy keeps their nibbles; a byte shuffle looks the levels
+// up), Q4_1/Q5_1/Q4_K/Q5_K the unsigned level, Q6_K w + 32. The activation
+// side subtracts offset * sum(a).
 #pragma once
 
 #include <array>
@@ -40,6 +42,8 @@
 #include <cstdint>
 
 #include "format/tensor-type.h"
+#include "kernels/act-format.h"
+#include "kernels/cpu/ref/quant.h"
 #include "kernels/cpu/x86/backends.h"
 
 namespace headroom::kernels::x86 {
@@ -79,6 +83,10 @@ constexpr uint64_t block_bytes_of(TensorType t) {
             return 24;
         case TensorType::Q8_0:
             return 34;
+        case TensorType::IQ4_NL:
+            return 18;
+        case TensorType::MXFP4:
+            return 17;
         case TensorType::Q4_K:
             return 144;
         case TensorType::Q5_K:
@@ -90,13 +98,13 @@ constexpr uint64_t block_bytes_of(TensorType t) {
     }
 }
 
-enum class FieldKind : uint8_t { Dw4, Dword, Half };
+enum class FieldKind : uint8_t { Dw4, Dword, Half, Byte };
 struct Field {
     FieldKind kind;
     uint16_t off;  // in the GGUF block
 };
 constexpr uint64_t field_bytes(FieldKind k) {
-    return k == FieldKind::Dw4 ? 16 : k == FieldKind::Dword ? 4 : 2;
+    return k == FieldKind::Dw4 ? 16 : k == FieldKind::Dword ? 4 : k == FieldKind::Half ? 2 : 1;
 }
 
 // The fields the readers take from a block, in repacked order; their sizes add
@@ -108,7 +116,9 @@ constexpr uint64_t field_bytes(FieldKind k) {
 template <TensorType T>
 constexpr auto block_fields() {
     using K = FieldKind;
-    if constexpr (T == TensorType::Q4_0) return std::array<Field, 2>{{{K::Half, 0}, {K::Dw4, 2}}};
+    if constexpr (T == TensorType::Q4_0 || T == TensorType::IQ4_NL)
+        return std::array<Field, 2>{{{K::Half, 0}, {K::Dw4, 2}}};
+    if constexpr (T == TensorType::MXFP4) return std::array<Field, 2>{{{K::Byte, 0}, {K::Dw4, 1}}};
     if constexpr (T == TensorType::Q4_1)
         return std::array<Field, 3>{{{K::Half, 0}, {K::Half, 2}, {K::Dw4, 4}}};
     if constexpr (T == TensorType::Q5_0)
@@ -196,6 +206,11 @@ struct RowsSrc {
     HR_KERNEL_INLINE F half(int64_t b, int off) const {
         return V::half_lo_to_f32(half_bits(b, off));
     }
+    // The byte at `off` of every row, zero-extended (MXFP4's exponent: its
+    // 17-byte block holds the dword read).
+    HR_KERNEL_INLINE I byte(int64_t b, int off) const {
+        return V::and_(dword(b, off), V::set1(0xFF));
+    }
 };
 
 // A row group of the repacked copy.
@@ -220,6 +235,7 @@ struct PackedSrc {
     }
     HR_KERNEL_INLINE I dword(int64_t b, int off) const { return V::load(at(b, off)); }
     HR_KERNEL_INLINE F half(int64_t b, int off) const { return V::load_f16(at(b, off)); }
+    HR_KERNEL_INLINE I byte(int64_t b, int off) const { return V::load_u8(at(b, off)); }
 };
 
 // Q8_0 weights (s8) as the multiply-adds take them: w + 128 as u8 where the
@@ -257,6 +273,8 @@ void repack_group(const RowGroup<V>& g, int64_t n_blocks, uint8_t* dst) {
                 } else {
                     V::store(dst, src.dword(b, f.off));
                 }
+            } else if (f.kind == FieldKind::Byte) {
+                V::store_u8(dst, src.byte(b, f.off));
             } else {
                 V::store_lo16(dst, src.half_bits(b, f.off));
             }
@@ -274,21 +292,42 @@ HR_KERNEL_INLINE typename V::I spread_nibble_to_bit4(typename V::I t) {
     return V::and_(V::mullo(t, V::set1(0x02040810)), V::set1(0x10101010));
 }
 
+// MXFP4's half scale 2^(e - 128) (ref::mxfp4_half_scale) from its exponent
+// byte e, as f32 bits: (e - 1) << 23 for e >= 2, the subnormals 2^-128 and
+// 2^-127 (bits 21 and 22) for e = 0 and 1. Shift counts past 31 give 0, which
+// selects between the two without a compare.
+template <class V>
+HR_KERNEL_INLINE typename V::F mxfp4_half_scale(typename V::I e) {
+    using I = typename V::I;
+    const I one = V::set1(1);
+    const I normal = V::template sll<23>(V::sub(e, one));
+    const I keep = V::srlv(V::set1(-1), V::template sll<5>(V::srlv(V::set1(3), e)));  // e >= 2
+    const I subnormal = V::srlv(V::set1(1 << 22), V::sub(one, e));                    // e < 2
+    return V::as_f(V::or_(V::and_(normal, keep), subnormal));
+}
+
 // Q4_0 {f16 d; u8 qs[16]}, Q4_1 {f16 d, m; u8 qs[16]}, Q5_0 {f16 d; u32 qh;
 // u8 qs[16]}, Q5_1 {f16 d, m; u32 qh; u8 qs[16]}: weights 0..15 are the low
 // nibbles, 16..31 the high ones; Q5 adds bit j of qh as 16. Q8_0 {f16 d; i8 qs[32]}.
+// IQ4_NL {f16 d; u8 qs[16]} and MXFP4 {u8 e; u8 qs[16]}: nibbles as Q4_0's,
+// each an index into the type's table of levels.
 template <class V, TensorType T>
 struct Read32 {
     using I = typename V::I;
     using F = typename V::F;
     static constexpr bool kMin = T == TensorType::Q4_1 || T == TensorType::Q5_1;
     static constexpr bool kFive = T == TensorType::Q5_0 || T == TensorType::Q5_1;
+    static constexpr bool kTable = T == TensorType::IQ4_NL || T == TensorType::MXFP4;
+    static constexpr int kQs = T == TensorType::MXFP4 ? 1 : (kMin ? 4 : 2) + (kFive ? 4 : 0);
 
     // The 4-bit types: the nibble bytes (qs), unsplit, and the scale and min.
     template <class Src>
     HR_KERNEL_INLINE static void nibbles(const Src& src, int64_t b, I x[4], F& d, F& m) {
-        src.dw4(b, (kMin ? 4 : 2) + (kFive ? 4 : 0), x);
-        d = src.half(b, 0);
+        src.dw4(b, kQs, x);
+        if constexpr (T == TensorType::MXFP4)
+            d = mxfp4_half_scale<V>(src.byte(b, 0));
+        else
+            d = src.half(b, 0);
         if constexpr (kMin) m = src.half(b, 2);
     }
 
@@ -308,6 +347,12 @@ struct Read32 {
         for (int j = 0; j < 4; ++j) {
             w[j] = V::and_(x[j], low4);
             w[j + 4] = V::and_(V::template srl16<4>(x[j]), low4);
+        }
+        if constexpr (kTable) {
+            // Each index to its level, as Q8_0's weights are taken.
+            const I table = q8_ready<V>(
+                V::table16(T == TensorType::MXFP4 ? ref::kMxfp4Levels : ref::kIq4Levels));
+            for (int j = 0; j < 8; ++j) w[j] = V::shuffle8(table, w[j]);
         }
         if constexpr (kFive) {
             const I qh = src.dword(b, kMin ? 4 : 2);

@@ -127,6 +127,24 @@ struct Avx2 {
         return _mm256_srli_epi16(a, N);
     }
     static I srlv(I a, I n) { return _mm256_srlv_epi32(a, n); }
+    // 16 bytes in each 128-bit half, for shuffle8.
+    static I table16(const int8_t* t) {
+        return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+    }
+    // Byte i = table's byte idx[i] (idx in 0..15, within its 128-bit half).
+    static I shuffle8(I table, I idx) { return _mm256_shuffle_epi8(table, idx); }
+    // kLanes bytes at p, zero-extended to the int32 lanes; and back (each
+    // lane's low byte, 0..255).
+    static I load_u8(const void* p) {
+        return _mm256_cvtepu8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(p)));
+    }
+    static void store_u8(void* p, I a) {
+        const __m256i w = _mm256_packus_epi32(a, a);
+        const __m256i b = _mm256_packus_epi16(w, w);
+        const __m128i r =
+            _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+        _mm_storel_epi64(static_cast<__m128i*>(p), r);
+    }
     static int32_t reduce_add(I a) {
         __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
         s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));

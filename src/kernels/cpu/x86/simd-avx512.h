@@ -89,6 +89,20 @@ struct Avx512 {
         return _mm512_srai_epi32(a, N);
     }
     static I srlv(I a, I n) { return _mm512_srlv_epi32(a, n); }
+    // 16 bytes in each 128-bit quarter, for shuffle8.
+    static I table16(const int8_t* t) {
+        return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+    }
+    // Byte i = table's byte idx[i] (idx in 0..15, within its 128-bit quarter).
+    static I shuffle8(I table, I idx) { return _mm512_shuffle_epi8(table, idx); }
+    // kLanes bytes at p, zero-extended to the int32 lanes; and back (each
+    // lane's low byte, 0..255).
+    static I load_u8(const void* p) {
+        return _mm512_cvtepu8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+    }
+    static void store_u8(void* p, I a) {
+        _mm_storeu_si128(static_cast<__m128i*>(p), _mm512_cvtepi32_epi8(a));
+    }
     static int32_t reduce_add(I a) { return _mm512_reduce_add_epi32(a); }
 
     // ---- floats ----

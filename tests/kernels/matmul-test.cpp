@@ -182,7 +182,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
                                          TensorType::Q5_1, TensorType::Q8_0, TensorType::IQ4_NL,
                                          TensorType::MXFP4, TensorType::Q4_K, TensorType::Q5_K,
-                                         TensorType::Q6_K),
+                                         TensorType::Q6_K, TensorType::IQ4_XS),
                        ::testing::Values(ActPrecision::Int8, ActPrecision::Int16)),
     [](const auto& info) {
         return std::string(name(std::get<0>(info.param))) +
@@ -227,7 +227,7 @@ INSTANTIATE_TEST_SUITE_P(Types, F32ActsMatmul,
                          ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
                                            TensorType::Q5_1, TensorType::Q8_0, TensorType::IQ4_NL,
                                            TensorType::MXFP4, TensorType::Q4_K, TensorType::Q5_K,
-                                           TensorType::Q6_K),
+                                           TensorType::Q6_K, TensorType::IQ4_XS),
                          [](const auto& info) { return std::string(name(info.param)); });
 
 class FloatMatmul : public ::testing::TestWithParam<TensorType> {};

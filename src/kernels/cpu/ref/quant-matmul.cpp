@@ -119,6 +119,24 @@ void decode(TensorType type, const uint8_t* b, IntBlock* o) {
             }
             return;
         }
+        case TensorType::IQ4_XS: {
+            // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}: sub-block s's
+            // scale ls - 32 (6 bits: a nibble of scales_l, 2 bits of
+            // scales_h), its 32 levels from 16 qs bytes as IQ4_NL's.
+            o->d = load_f16(b);
+            const uint32_t scales_h = b[2] | (b[3] << 8);
+            for (int s = 0; s < 8; ++s) {
+                const auto ls = static_cast<int32_t>(((b[4 + s / 2] >> (4 * (s % 2))) & 0xF) |
+                                                     (((scales_h >> (2 * s)) & 3) << 4));
+                o->sc[s] = ls - 32;
+                const uint8_t* qs = b + 8 + 16 * s;
+                for (int j = 0; j < 16; ++j) {
+                    o->q[32 * s + j] = kIq4Levels[qs[j] & 0xF];
+                    o->q[32 * s + 16 + j] = kIq4Levels[qs[j] >> 4];
+                }
+            }
+            return;
+        }
         case TensorType::Q6_K: {
             const uint8_t* ql = b;
             const uint8_t* qh = b + 128;
@@ -231,6 +249,7 @@ void matmul_int(const kernels::Matrix& w, const float* x, int64_t n_tokens, ActP
                     continue;
                 }
                 const bool q6 = w.type == TensorType::Q6_K;
+                const bool has_min = w.type == TensorType::Q4_K || w.type == TensorType::Q5_K;
                 const int sub = q6 ? 16 : 32;
                 const int32_t offset = q6 ? 32 : 0;
                 int64_t s_whole = 0, s_hi = 0, s_lo = 0, m = 0;
@@ -244,13 +263,13 @@ void matmul_int(const kernels::Matrix& w, const float* x, int64_t n_tokens, ActP
                         s_lo +=
                             blk.sc[s] * dot(blk.q, offset, ab, s * sub, (s + 1) * sub, Part::Lo);
                     }
-                    if (!q6) m += blk.mn[s] * sum(ab, s * sub, (s + 1) * sub);
+                    if (has_min) m += blk.mn[s] * sum(ab, s * sub, (s + 1) * sub);
                 }
                 const float v = quant == ActPrecision::Int8
                                     ? as_float(s_whole)
                                     : std::fma(as_float(s_hi), 256.0f, as_float(s_lo));
                 acc = std::fma(v, blk.d * dab, acc);
-                if (!q6) acc = std::fma(-as_float(m), blk.m * dab, acc);
+                if (has_min) acc = std::fma(-as_float(m), blk.m * dab, acc);
             }
             y[t * w.n_rows + r] = acc;
         }

@@ -15,7 +15,8 @@ namespace headroom::kernels::x86 {
 
 // ---- activations ----------------------------------------------------------
 
-// The offset the packer adds to weights of a 32-element type (see pack.h).
+// The offset the packer adds to weights of a 32-element type or of IQ4_XS
+// (see pack.h).
 template <class V>
 constexpr int32_t weight_offset(TensorType t) {
     switch (t) {
@@ -24,7 +25,7 @@ constexpr int32_t weight_offset(TensorType t) {
         case TensorType::Q5_0:
             return 16;
         default:
-            return has_s8_levels(t) && V::kQ8Unsigned ? 128 : 0;
+            return (has_s8_levels(t) || t == TensorType::IQ4_XS) && V::kQ8Unsigned ? 128 : 0;
     }
 }
 
@@ -53,7 +54,9 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
     uint8_t* sums = row + al.sums;
     const bool min_type = wt == TensorType::Q4_1 || wt == TensorType::Q5_1;
     const int32_t offset = weight_offset<V>(wt);
-    // Sub-block sums of the K types: 16 elements for Q6_K, 32 for Q4_K / Q5_K.
+    // Sub-block sums of the K types: 16 elements for Q6_K, 32 for Q4_K / Q5_K /
+    // IQ4_XS; int16 sums for the mins of Q4_K / Q5_K, int32 offset
+    // corrections for Q6_K (-32 * sum) and IQ4_XS (-offset * sum).
     const int sub = wt == TensorType::Q6_K ? 16 : 32;
     // K types take sums per sub-block; the others one per block.
     const bool sub_sums = al.sum_bytes == kKSumBytes;
@@ -92,9 +95,10 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
                 const int s = (i + L) / sub - 1;
                 const int32_t p = V::reduce_add(part), p_lo = i16 ? V::reduce_add(part_lo) : 0;
                 uint8_t* sb = sums + static_cast<uint64_t>(b) * kKSumBytes;
-                if (sub == 16) {
-                    reinterpret_cast<int32_t*>(sb)[s] = -32 * p;
-                    reinterpret_cast<int32_t*>(sb + 64)[s] = -32 * p_lo;
+                if (wt == TensorType::Q6_K || wt == TensorType::IQ4_XS) {
+                    const int32_t off = wt == TensorType::Q6_K ? 32 : offset;
+                    reinterpret_cast<int32_t*>(sb)[s] = -off * p;
+                    reinterpret_cast<int32_t*>(sb + 64)[s] = -off * p_lo;
                 } else {
                     reinterpret_cast<int16_t*>(sb)[s] = static_cast<int16_t>(p);
                     reinterpret_cast<int16_t*>(sb + 16)[s] = static_cast<int16_t>(p_lo);

@@ -80,6 +80,21 @@ void dequant_panel(TensorType t, const uint8_t* panel, int64_t nb, float* out) {
             continue;
         }
         float* o = out + b * 256 * L;
+        if (t == TensorType::IQ4_XS) {
+            // Levels as Q8_0's weights: signed, or + 128.
+            const F d = V::fload(reinterpret_cast<const float*>(panel + 72 * vb));
+            const F off = V::fset1(V::kQ8Unsigned ? 128.0f : 0.0f);
+            for (int s = 0; s < 8; ++s) {
+                const F ds = V::fmul(d, V::cvt(V::load(panel + (64 + s) * vb)));
+                if constexpr (V::kQ8Unsigned)
+                    dequant_cols<V, false>(panel + 8 * s * vb, 8, ds, zero, false, off,
+                                           o + 32 * s * L);
+                else
+                    dequant_cols<V, true>(panel + 8 * s * vb, 8, ds, zero, false, off,
+                                          o + 32 * s * L);
+            }
+            continue;
+        }
         if (t == TensorType::Q6_K) {
             const F d = V::fload(reinterpret_cast<const float*>(panel + 80 * vb));
             for (int s = 0; s < 16; ++s) {

@@ -253,6 +253,34 @@ HR_KERNEL_INLINE void sub_q6(const typename V::I* w, typename V::I sc, const Tok
     }
 }
 
+// Sub-block s (32 weights, 8 vectors) of IQ4_XS superblock blk, its levels
+// taken as Q8_0's weights are: S += sc * (dot - offset * asum).
+template <class V, int NR, bool kI16>
+HR_KERNEL_INLINE void sub_iq4xs(const typename V::I* w, typename V::I sc, const Tok* tok,
+                                int64_t blk, int s, typename V::I* S, typename V::I* Sl) {
+    using I = typename V::I;
+    constexpr bool kSigned = !V::kQ8Unsigned;
+    I is[NR], il[NR];
+    for (int t = 0; t < NR; ++t) {
+        const uint8_t* sb = tok[t].sums + kKSumBytes * static_cast<uint64_t>(blk);
+        is[t] = V::bcast32(sb + 4 * s);
+        if (kI16) il[t] = V::bcast32(sb + 64 + 4 * s);
+    }
+    for (int k = 0; k < 8; ++k) {
+        const int64_t at = 256 * blk + 32 * s + 4 * k;
+        const I abs_w = abs_if_signed<V, kSigned>(w[k]);
+        for (int t = 0; t < NR; ++t) {
+            is[t] = dot4<V, kSigned, kI16>(is[t], w[k], abs_w, tok[t].qs + at);
+            if (kI16) il[t] = dot4<V, kSigned, kI16>(il[t], w[k], abs_w, tok[t].lo + at);
+        }
+    }
+    for (int t = 0; t < NR; ++t) {
+        S[t] = V::add(S[t], V::mullo(is[t], sc));
+        if (kI16) Sl[t] = V::add(Sl[t], V::mullo(il[t], sc));
+    }
+}
+
+// The end of a Q6_K or IQ4_XS superblock: acc = fma(v, d * da, acc).
 template <class V, int NR, bool kI16>
 HR_KERNEL_INLINE void finish_q6(const typename V::I* S, const typename V::I* Sl, typename V::F d,
                                 const Tok* tok, int64_t blk, typename V::F* acc) {
@@ -297,6 +325,15 @@ void micro_panel(const uint8_t* panel, int64_t b0, int64_t nb, const Tok* tok, i
             for (int s = 0; s < 16; ++s) {
                 for (int k = 0; k < 4; ++k) w[k] = V::load(panel + (4 * s + k) * vb);
                 sub_q6<V, NR, kI16>(w, V::load(panel + (L.scales + s) * vb), tok, blk, s, S, Sl);
+            }
+            finish_q6<V, NR, kI16>(
+                S, Sl, V::fload(reinterpret_cast<const float*>(panel + L.d * vb)), tok, blk, acc);
+        } else if constexpr (T == TensorType::IQ4_XS) {
+            I S[NR], Sl[NR];
+            for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
+            for (int s = 0; s < 8; ++s) {
+                for (int k = 0; k < 8; ++k) w[k] = V::load(panel + (8 * s + k) * vb);
+                sub_iq4xs<V, NR, kI16>(w, V::load(panel + (L.scales + s) * vb), tok, blk, s, S, Sl);
             }
             finish_q6<V, NR, kI16>(
                 S, Sl, V::fload(reinterpret_cast<const float*>(panel + L.d * vb)), tok, blk, acc);
@@ -375,6 +412,17 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
                         sub_q6<V, NR, kI16>(w + 4 * q, sc[s], tok, blk, s, S, Sl);
                     }
                 }
+            }
+            finish_q6<V, NR, kI16>(S, Sl, d, tok, blk, acc);
+        } else if constexpr (T == TensorType::IQ4_XS) {
+            using R = ReadIq4Xs<V>;
+            I S[NR], Sl[NR], sc[8], w[8];
+            F d;
+            for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
+            R::scales(src, blk, sc, d);
+            for (int s = 0; s < 8; ++s) {
+                R::sub(src, blk, s, w);
+                sub_iq4xs<V, NR, kI16>(w, sc[s], tok, blk, s, S, Sl);
             }
             finish_q6<V, NR, kI16>(S, Sl, d, tok, blk, acc);
         } else if constexpr ((T == TensorType::Q4_0 || T == TensorType::Q4_1) && !kI16 &&
@@ -489,7 +537,8 @@ void fill_kernels(IntKernel<V>& k) {
 
 template <class V, TensorType T, bool kI16, bool kPacked>
 IntKernel<V> make_kernel() {
-    constexpr bool k_type = T == TensorType::Q4_K || T == TensorType::Q5_K || T == TensorType::Q6_K;
+    constexpr bool k_type = T == TensorType::Q4_K || T == TensorType::Q5_K ||
+                            T == TensorType::Q6_K || T == TensorType::IQ4_XS;
     constexpr bool small = T == TensorType::Q4_0 || T == TensorType::Q4_1;
     constexpr int nr = k_type  ? (kI16 ? V::kNrKInt16 : V::kNrKInt8)
                        : kI16  ? V::kNr32Int16
@@ -525,6 +574,8 @@ IntKernel<V> int_kernel_for(TensorType t) {
             return make_kernel<V, TensorType::Q4_K, kI16, kPacked>();
         case TensorType::Q5_K:
             return make_kernel<V, TensorType::Q5_K, kI16, kPacked>();
+        case TensorType::IQ4_XS:
+            return make_kernel<V, TensorType::IQ4_XS, kI16, kPacked>();
         default:
             return make_kernel<V, TensorType::Q6_K, kI16, kPacked>();
     }
@@ -625,6 +676,8 @@ void repack(const Matrix& w, uint8_t* dst, const Context& ctx) {
             return repack_matrix<V, TensorType::Q5_K>(w, dst, ctx);
         case TensorType::Q6_K:
             return repack_matrix<V, TensorType::Q6_K>(w, dst, ctx);
+        case TensorType::IQ4_XS:
+            return repack_matrix<V, TensorType::IQ4_XS>(w, dst, ctx);
         default:
             return;
     }

@@ -30,10 +30,11 @@
 //   32-element types: w[8] (u8), d f32[L], then m f32[L] for Q4_1 / Q5_1
 //   Q4_K / Q5_K:      w[64], sc i32[8][L], min pairs i16[4][L][2], d f32[L], dmin f32[L]
 //   Q6_K:             w[64], sc i32[16][L], d f32[L]
+//   IQ4_XS:           w[64], sc i32[8][L] (ls - 32), d f32[L]
 // Weight levels: Q4_0 nibble (w + 8), Q5_0 5 bits (w + 16), Q8_0 w + 128 when
-// V::kQ8Unsigned else w as s8, IQ4_NL and MXFP4 their table's level as Q8_0's
-// w (the repacked copy keeps their nibbles; a byte shuffle looks the levels
-// up), Q4_1/Q5_1/Q4_K/Q5_K the unsigned level, Q6_K w + 32. The activation
+// V::kQ8Unsigned else w as s8, IQ4_NL, MXFP4 and IQ4_XS their table's level as
+// Q8_0's w (the repacked copy keeps their nibbles; a byte shuffle looks the
+// levels up), Q4_1/Q5_1/Q4_K/Q5_K the unsigned level, Q6_K w + 32. The activation
 // side subtracts offset * sum(a).
 #pragma once
 
@@ -93,6 +94,8 @@ constexpr uint64_t block_bytes_of(TensorType t) {
             return 176;
         case TensorType::Q6_K:
             return 210;
+        case TensorType::IQ4_XS:
+            return 136;
         default:
             return 0;
     }
@@ -141,6 +144,14 @@ constexpr auto block_fields() {
         }
         for (int k = 0; k < 8; ++k)
             f[i++] = {K::Dw4, static_cast<uint16_t>((five ? 48 : 16) + 16 * k)};
+        return f;
+    }
+    if constexpr (T == TensorType::IQ4_XS) {
+        // d with scales_h, scales_l, then the nibbles of each sub-block.
+        std::array<Field, 10> f{};
+        f[0] = {K::Dword, 0};
+        f[1] = {K::Dword, 4};
+        for (int s = 0; s < 8; ++s) f[2 + s] = {K::Dw4, static_cast<uint16_t>(8 + 16 * s)};
         return f;
     }
     if constexpr (T == TensorType::Q6_K) {
@@ -524,6 +535,44 @@ struct ReadQ6K {
     }
 };
 
+// IQ4_XS {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}: sub-block s (32
+// weights) has the 6-bit scale ls = nibble s of scales_l | bits 2s, 2s + 1 of
+// scales_h << 4, and takes the low and high nibbles of qs[16s .. 16s + 16)
+// as IQ4_NL's block does, each an index into ref::kIq4Levels.
+template <class V>
+struct ReadIq4Xs {
+    using I = typename V::I;
+    using F = typename V::F;
+
+    // sc[s] = ls_s - 32, per lane.
+    template <class Src>
+    HR_KERNEL_INLINE static void scales(const Src& src, int64_t b, I sc[8], F& d) {
+        const I head = src.dword(b, 0);  // d | scales_h << 16
+        const I low = src.dword(b, 4);   // scales_l: nibble s at bit 4s
+        const I m4 = V::set1(0xF), m2 = V::set1(3), bias = V::set1(32);
+        for (int s = 0; s < 8; ++s) {
+            const I ls =
+                V::or_(V::and_(V::srlv(low, V::set1(4 * s)), m4),
+                       V::template sll<4>(V::and_(V::srlv(head, V::set1(16 + 2 * s)), m2)));
+            sc[s] = V::sub(ls, bias);
+        }
+        d = V::half_lo_to_f32(head);
+    }
+
+    // Sub-block s's levels, as Q8_0's weights are taken: w[0..8).
+    template <class Src>
+    HR_KERNEL_INLINE static void sub(const Src& src, int64_t b, int s, I w[8]) {
+        const I low4 = V::set1_8(0x0F);
+        const I table = q8_ready<V>(V::table16(ref::kIq4Levels));
+        I x[4];
+        src.dw4(b, 8 + 16 * s, x);
+        for (int j = 0; j < 4; ++j) {
+            w[j] = V::shuffle8(table, V::and_(x[j], low4));
+            w[j + 4] = V::shuffle8(table, V::and_(V::template srl16<4>(x[j]), low4));
+        }
+    }
+};
+
 // ---- panels ---------------------------------------------------------------
 
 // One packed panel block, in vectors of V::kBytes: the weights from vector
@@ -532,6 +581,7 @@ struct ReadQ6K {
 // GEMM's micro_panel reads it.
 //   Q4_K, Q5_K  64 weight vectors, 8 scale, 4 min-pair, d, dmin   (78)
 //   Q6_K        64 weight vectors, 16 scale, d                    (81)
+//   IQ4_XS      64 weight vectors, 8 scale, d                     (73)
 //   Q4_1, Q5_1  8 weight vectors, d, m                            (10)
 //   others      8 weight vectors, d                               (9)
 struct PanelLayout {
@@ -545,6 +595,8 @@ constexpr PanelLayout panel_layout(TensorType t) {
             return {64, 72, 76, 77, 78};
         case TensorType::Q6_K:
             return {64, 0, 80, 0, 81};
+        case TensorType::IQ4_XS:
+            return {64, 0, 72, 0, 73};
         case TensorType::Q4_1:
         case TensorType::Q5_1:
             return {0, 0, 8, 9, 10};
@@ -580,6 +632,17 @@ void pack_panel(const Src& src, int64_t b0, int64_t nb, uint8_t* panel) {
             for (int j = 0; j < 4; ++j) V::store(panel + (L.mins + j) * vb, mp[j]);
             V::fstore(reinterpret_cast<float*>(panel + L.d * vb), d);
             V::fstore(reinterpret_cast<float*>(panel + L.m * vb), dmin);
+        } else if constexpr (T == TensorType::IQ4_XS) {
+            using R = ReadIq4Xs<V>;
+            I w[8], sc[8];
+            F d;
+            for (int s = 0; s < 8; ++s) {
+                R::sub(src, b, s, w);
+                for (int k = 0; k < 8; ++k) V::store(panel + (8 * s + k) * vb, w[k]);
+            }
+            R::scales(src, b, sc, d);
+            for (int s = 0; s < 8; ++s) V::store(panel + (L.scales + s) * vb, sc[s]);
+            V::fstore(reinterpret_cast<float*>(panel + L.d * vb), d);
         } else if constexpr (T == TensorType::Q6_K) {
             using R = ReadQ6K<V>;
             I w[16], sc[16];

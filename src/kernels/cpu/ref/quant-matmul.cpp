@@ -119,6 +119,27 @@ void decode(TensorType type, const uint8_t* b, IntBlock* o) {
             }
             return;
         }
+        case TensorType::Q3_K: {
+            // {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}: element e = 128 n +
+            // 32 j + l has q = bits 2j, 2j + 1 of qs[32 n + l] | bit 4n + j of
+            // hmask[l] << 2 (0..7, offset 4); sub-block s (16 elements) the
+            // 6-bit scale - 32, its low nibble in byte s % 8 (s >= 8: the high
+            // one), its high bits at 2 (s / 4) of byte 8 + s % 4.
+            const uint8_t* hm = b;
+            const uint8_t* qs = b + 32;
+            const uint8_t* scales = b + 96;
+            o->d = load_f16(b + 108);
+            for (int s = 0; s < 16; ++s) {
+                const int lo = (scales[s % 8] >> (s < 8 ? 0 : 4)) & 0xF;
+                const int hi = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+                o->sc[s] = (lo | (hi << 4)) - 32;
+            }
+            for (int e = 0; e < 256; ++e) {
+                const int n = e / 128, j = (e % 128) / 32, l = e % 32;
+                o->q[e] = ((qs[32 * n + l] >> (2 * j)) & 3) | (((hm[l] >> (4 * n + j)) & 1) << 2);
+            }
+            return;
+        }
         case TensorType::IQ4_XS: {
             // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}: sub-block s's
             // scale ls - 32 (6 bits: a nibble of scales_l, 2 bits of
@@ -248,10 +269,10 @@ void matmul_int(const kernels::Matrix& w, const float* x, int64_t n_tokens, ActP
                     if (blk.has_min) acc = std::fma(blk.m, sa[static_cast<size_t>(b)], acc);
                     continue;
                 }
-                const bool q6 = w.type == TensorType::Q6_K;
+                const bool q6 = w.type == TensorType::Q6_K, q3 = w.type == TensorType::Q3_K;
                 const bool has_min = w.type == TensorType::Q4_K || w.type == TensorType::Q5_K;
-                const int sub = q6 ? 16 : 32;
-                const int32_t offset = q6 ? 32 : 0;
+                const int sub = q6 || q3 ? 16 : 32;
+                const int32_t offset = q6 ? 32 : q3 ? 4 : 0;
                 int64_t s_whole = 0, s_hi = 0, s_lo = 0, m = 0;
                 for (int s = 0; s < 256 / sub; ++s) {
                     if (quant == ActPrecision::Int8) {

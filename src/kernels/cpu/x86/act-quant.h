@@ -55,9 +55,10 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
     const bool min_type = wt == TensorType::Q4_1 || wt == TensorType::Q5_1;
     const int32_t offset = weight_offset<V>(wt);
     // Sub-block sums of the K types: 16 elements for Q6_K, 32 for Q4_K / Q5_K /
-    // IQ4_XS; int16 sums for the mins of Q4_K / Q5_K, int32 offset
-    // corrections for Q6_K (-32 * sum) and IQ4_XS (-offset * sum).
-    const int sub = wt == TensorType::Q6_K ? 16 : 32;
+    // IQ4_XS, 16 for Q3_K; int16 sums for the mins of Q4_K / Q5_K, int32
+    // offset corrections for Q6_K (-32 * sum), Q3_K (-4 * sum) and IQ4_XS
+    // (-offset * sum).
+    const int sub = wt == TensorType::Q6_K || wt == TensorType::Q3_K ? 16 : 32;
     // K types take sums per sub-block; the others one per block.
     const bool sub_sums = al.sum_bytes == kKSumBytes;
     for (int64_t b = 0; b < al.n / bs; ++b) {
@@ -95,8 +96,10 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
                 const int s = (i + L) / sub - 1;
                 const int32_t p = V::reduce_add(part), p_lo = i16 ? V::reduce_add(part_lo) : 0;
                 uint8_t* sb = sums + static_cast<uint64_t>(b) * kKSumBytes;
-                if (wt == TensorType::Q6_K || wt == TensorType::IQ4_XS) {
-                    const int32_t off = wt == TensorType::Q6_K ? 32 : offset;
+                if (wt == TensorType::Q6_K || wt == TensorType::Q3_K || wt == TensorType::IQ4_XS) {
+                    const int32_t off = wt == TensorType::Q6_K   ? 32
+                                        : wt == TensorType::Q3_K ? 4
+                                                                 : offset;
                     reinterpret_cast<int32_t*>(sb)[s] = -off * p;
                     reinterpret_cast<int32_t*>(sb + 64)[s] = -off * p_lo;
                 } else {

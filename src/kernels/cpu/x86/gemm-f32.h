@@ -95,12 +95,12 @@ void dequant_panel(TensorType t, const uint8_t* panel, int64_t nb, float* out) {
             }
             continue;
         }
-        if (t == TensorType::Q6_K) {
+        if (t == TensorType::Q6_K || t == TensorType::Q3_K) {
             const F d = V::fload(reinterpret_cast<const float*>(panel + 80 * vb));
+            const F off = V::fset1(t == TensorType::Q6_K ? 32.0f : 4.0f);
             for (int s = 0; s < 16; ++s) {
                 const F ds = V::fmul(d, V::cvt(V::load(panel + (64 + s) * vb)));
-                dequant_cols<V, false>(panel + 4 * s * vb, 4, ds, zero, false, V::fset1(32.0f),
-                                       o + 16 * s * L);
+                dequant_cols<V, false>(panel + 4 * s * vb, 4, ds, zero, false, off, o + 16 * s * L);
             }
             continue;
         }

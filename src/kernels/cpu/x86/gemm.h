@@ -319,7 +319,7 @@ void micro_panel(const uint8_t* panel, int64_t b0, int64_t nb, const Tok* tok, i
             finish_q45<V, NR, kI16>(
                 S, Sl, mp, V::fload(reinterpret_cast<const float*>(panel + L.d * vb)),
                 V::fload(reinterpret_cast<const float*>(panel + L.m * vb)), tok, blk, acc);
-        } else if constexpr (T == TensorType::Q6_K) {
+        } else if constexpr (T == TensorType::Q6_K || T == TensorType::Q3_K) {
             I S[NR], Sl[NR];
             for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
             for (int s = 0; s < 16; ++s) {
@@ -411,6 +411,23 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
                         const int s = 8 * h + 2 * q + part;
                         sub_q6<V, NR, kI16>(w + 4 * q, sc[s], tok, blk, s, S, Sl);
                     }
+                }
+            }
+            finish_q6<V, NR, kI16>(S, Sl, d, tok, blk, acc);
+        } else if constexpr (T == TensorType::Q3_K) {
+            using R = ReadQ3K<V>;
+            I S[NR], Sl[NR], sc[16], h[8], q[8], w[8];
+            F d;
+            for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
+            R::scales(src, blk, sc, d);
+            R::high_bits(src, blk, h);
+            for (int n = 0; n < 2; ++n) {
+                R::low_bits(src, blk, n, q);
+                for (int j = 0; j < 4; ++j) {
+                    R::levels(q, h, n, j, w);
+                    const int s = 8 * n + 2 * j;
+                    sub_q6<V, NR, kI16>(w, sc[s], tok, blk, s, S, Sl);
+                    sub_q6<V, NR, kI16>(w + 4, sc[s + 1], tok, blk, s + 1, S, Sl);
                 }
             }
             finish_q6<V, NR, kI16>(S, Sl, d, tok, blk, acc);
@@ -537,8 +554,9 @@ void fill_kernels(IntKernel<V>& k) {
 
 template <class V, TensorType T, bool kI16, bool kPacked>
 IntKernel<V> make_kernel() {
-    constexpr bool k_type = T == TensorType::Q4_K || T == TensorType::Q5_K ||
-                            T == TensorType::Q6_K || T == TensorType::IQ4_XS;
+    constexpr bool k_type = T == TensorType::Q3_K || T == TensorType::Q4_K ||
+                            T == TensorType::Q5_K || T == TensorType::Q6_K ||
+                            T == TensorType::IQ4_XS;
     constexpr bool small = T == TensorType::Q4_0 || T == TensorType::Q4_1;
     constexpr int nr = k_type  ? (kI16 ? V::kNrKInt16 : V::kNrKInt8)
                        : kI16  ? V::kNr32Int16
@@ -576,6 +594,8 @@ IntKernel<V> int_kernel_for(TensorType t) {
             return make_kernel<V, TensorType::Q5_K, kI16, kPacked>();
         case TensorType::IQ4_XS:
             return make_kernel<V, TensorType::IQ4_XS, kI16, kPacked>();
+        case TensorType::Q3_K:
+            return make_kernel<V, TensorType::Q3_K, kI16, kPacked>();
         default:
             return make_kernel<V, TensorType::Q6_K, kI16, kPacked>();
     }
@@ -678,6 +698,8 @@ void repack(const Matrix& w, uint8_t* dst, const Context& ctx) {
             return repack_matrix<V, TensorType::Q6_K>(w, dst, ctx);
         case TensorType::IQ4_XS:
             return repack_matrix<V, TensorType::IQ4_XS>(w, dst, ctx);
+        case TensorType::Q3_K:
+            return repack_matrix<V, TensorType::Q3_K>(w, dst, ctx);
         default:
             return;
     }

@@ -29,13 +29,13 @@
 // Panel layout per block (vectors of 4L bytes):
 //   32-element types: w[8] (u8), d f32[L], then m f32[L] for Q4_1 / Q5_1
 //   Q4_K / Q5_K:      w[64], sc i32[8][L], min pairs i16[4][L][2], d f32[L], dmin f32[L]
-//   Q6_K:             w[64], sc i32[16][L], d f32[L]
+//   Q6_K, Q3_K:       w[64], sc i32[16][L], d f32[L]
 //   IQ4_XS:           w[64], sc i32[8][L] (ls - 32), d f32[L]
 // Weight levels: Q4_0 nibble (w + 8), Q5_0 5 bits (w + 16), Q8_0 w + 128 when
 // V::kQ8Unsigned else w as s8, IQ4_NL, MXFP4 and IQ4_XS their table's level as
 // Q8_0's w (the repacked copy keeps their nibbles; a byte shuffle looks the
-// levels up), Q4_1/Q5_1/Q4_K/Q5_K the unsigned level, Q6_K w + 32. The activation
-// side subtracts offset * sum(a).
+// levels up), Q4_1/Q5_1/Q4_K/Q5_K the unsigned level, Q6_K w + 32, Q3_K w + 4.
+// The activation side subtracts offset * sum(a).
 #pragma once
 
 #include <array>
@@ -94,6 +94,8 @@ constexpr uint64_t block_bytes_of(TensorType t) {
             return 176;
         case TensorType::Q6_K:
             return 210;
+        case TensorType::Q3_K:
+            return 110;
         case TensorType::IQ4_XS:
             return 136;
         default:
@@ -144,6 +146,14 @@ constexpr auto block_fields() {
         }
         for (int k = 0; k < 8; ++k)
             f[i++] = {K::Dw4, static_cast<uint16_t>((five ? 48 : 16) + 16 * k)};
+        return f;
+    }
+    if constexpr (T == TensorType::Q3_K) {
+        // The scales and d, the high bits, then the low bits.
+        std::array<Field, 10> f{};
+        for (int k = 0; k < 3; ++k) f[k] = {K::Dword, static_cast<uint16_t>(96 + 4 * k)};
+        f[3] = {K::Half, 108};
+        for (int k = 0; k < 6; ++k) f[4 + k] = {K::Dw4, static_cast<uint16_t>(16 * k)};
         return f;
     }
     if constexpr (T == TensorType::IQ4_XS) {
@@ -535,6 +545,54 @@ struct ReadQ6K {
     }
 };
 
+// Q3_K {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}: element e = 128 n +
+// 32 j + l (n < 2, j < 4, l < 32) is bits 2j, 2j + 1 of qs[32 n + l] with bit
+// 4n + j of hmask[l] as 4 (a level 0..7, offset 4); its sub-block of 16,
+// 8n + 2j + l / 16, has a 6-bit scale, stored + 32: the low nibble in byte
+// s % 8 (the high nibble for s >= 8), the high 2 bits at 2 (s / 4) of byte
+// 8 + s % 4.
+template <class V>
+struct ReadQ3K {
+    using I = typename V::I;
+    using F = typename V::F;
+
+    // sc[s] = the scale - 32, per lane.
+    template <class Src>
+    HR_KERNEL_INLINE static void scales(const Src& src, int64_t b, I sc[16], F& d) {
+        const I A = src.dword(b, 96), B = src.dword(b, 100), C = src.dword(b, 104);
+        const I m4 = V::set1(0xF), m2 = V::set1(3), bias = V::set1(32);
+        for (int s = 0; s < 16; ++s) {
+            const I lo_src = (s % 8) < 4 ? A : B;
+            const int lo_shift = 8 * (s % 4) + (s < 8 ? 0 : 4);
+            const I lo = V::and_(V::srlv(lo_src, V::set1(lo_shift)), m4);
+            const I hi = V::and_(V::srlv(C, V::set1(8 * (s % 4) + 2 * (s / 4))), m2);
+            sc[s] = V::sub(V::or_(lo, V::template sll<4>(hi)), bias);
+        }
+        d = src.half(b, 108);
+    }
+
+    // The hmask bytes (h[0..4): l < 16, h[4..8): l >= 16), and half n's qs bytes.
+    template <class Src>
+    HR_KERNEL_INLINE static void high_bits(const Src& src, int64_t b, I h[8]) {
+        src.dw4(b, 0, h);
+        src.dw4(b, 16, h + 4);
+    }
+    template <class Src>
+    HR_KERNEL_INLINE static void low_bits(const Src& src, int64_t b, int n, I q[8]) {
+        src.dw4(b, 32 + 32 * n, q);
+        src.dw4(b, 48 + 32 * n, q + 4);
+    }
+
+    // The levels of sub-blocks 8n + 2j (w[0..4)) and 8n + 2j + 1 (w[4..8)).
+    HR_KERNEL_INLINE static void levels(const I q[8], const I h[8], int n, int j, I w[8]) {
+        const I m3 = V::set1_8(3), m1 = V::set1_8(1);
+        const I qshift = V::set1(2 * j), hshift = V::set1(4 * n + j);
+        for (int k = 0; k < 8; ++k)
+            w[k] = V::or_(V::and_(V::srlv(q[k], qshift), m3),
+                          V::template sll<2>(V::and_(V::srlv(h[k], hshift), m1)));
+    }
+};
+
 // IQ4_XS {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}: sub-block s (32
 // weights) has the 6-bit scale ls = nibble s of scales_l | bits 2s, 2s + 1 of
 // scales_h << 4, and takes the low and high nibbles of qs[16s .. 16s + 16)
@@ -580,7 +638,7 @@ struct ReadIq4Xs {
 // types, the min of Q4_1 and Q5_1). pack_panel writes this layout and the
 // GEMM's micro_panel reads it.
 //   Q4_K, Q5_K  64 weight vectors, 8 scale, 4 min-pair, d, dmin   (78)
-//   Q6_K        64 weight vectors, 16 scale, d                    (81)
+//   Q6_K, Q3_K  64 weight vectors, 16 scale, d                    (81)
 //   IQ4_XS      64 weight vectors, 8 scale, d                     (73)
 //   Q4_1, Q5_1  8 weight vectors, d, m                            (10)
 //   others      8 weight vectors, d                               (9)
@@ -594,6 +652,7 @@ constexpr PanelLayout panel_layout(TensorType t) {
         case TensorType::Q5_K:
             return {64, 72, 76, 77, 78};
         case TensorType::Q6_K:
+        case TensorType::Q3_K:
             return {64, 0, 80, 0, 81};
         case TensorType::IQ4_XS:
             return {64, 0, 72, 0, 73};
@@ -632,6 +691,22 @@ void pack_panel(const Src& src, int64_t b0, int64_t nb, uint8_t* panel) {
             for (int j = 0; j < 4; ++j) V::store(panel + (L.mins + j) * vb, mp[j]);
             V::fstore(reinterpret_cast<float*>(panel + L.d * vb), d);
             V::fstore(reinterpret_cast<float*>(panel + L.m * vb), dmin);
+        } else if constexpr (T == TensorType::Q3_K) {
+            using R = ReadQ3K<V>;
+            I h[8], q[8], w[8], sc[16];
+            F d;
+            R::high_bits(src, b, h);
+            for (int n = 0; n < 2; ++n) {
+                R::low_bits(src, b, n, q);
+                for (int j = 0; j < 4; ++j) {
+                    R::levels(q, h, n, j, w);
+                    const int s = 8 * n + 2 * j;  // vectors 4s .. 4s + 8
+                    for (int k = 0; k < 8; ++k) V::store(panel + (4 * s + k) * vb, w[k]);
+                }
+            }
+            R::scales(src, b, sc, d);
+            for (int s = 0; s < 16; ++s) V::store(panel + (L.scales + s) * vb, sc[s]);
+            V::fstore(reinterpret_cast<float*>(panel + L.d * vb), d);
         } else if constexpr (T == TensorType::IQ4_XS) {
             using R = ReadIq4Xs<V>;
             I w[8], sc[8];

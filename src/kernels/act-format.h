@@ -2,7 +2,7 @@
 // (Context::acts_q holds n_tokens such rows, each q_row_bytes apart).
 //
 // The block size follows the weights: 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/
-// MXFP4, 256 for the K types (Q3_K .. Q6_K) and IQ4_XS. Per block, a = rne(x * kMax / amax) with
+// MXFP4, 256 for the K types (Q2_K .. Q6_K) and IQ4_XS. Per block, a = rne(x * kMax / amax) with
 // kMax = 127 (Int8) or 32512 (Int16), and d the block's scale as ref::quantize_acts rounds it (f16
 // for Int8 32-element blocks, as llama.cpp's Q8_0 / Q8_1). An Int16 value is stored as two int8
 // halves, a = 256 * hi + lo with lo the low byte sign-extended and |hi| <= 127, so both halves feed
@@ -34,8 +34,8 @@ inline constexpr uint64_t kKSumBytes = 128;
 
 // 256-element superblocks of sub-blocks with their own scales.
 inline bool is_k_type(TensorType t) {
-    return t == TensorType::Q3_K || t == TensorType::Q4_K || t == TensorType::Q5_K ||
-           t == TensorType::Q6_K || t == TensorType::IQ4_XS;
+    return t == TensorType::Q2_K || t == TensorType::Q3_K || t == TensorType::Q4_K ||
+           t == TensorType::Q5_K || t == TensorType::Q6_K || t == TensorType::IQ4_XS;
 }
 
 // Types the integer kernels take (others run on f32 activations).
@@ -48,6 +48,7 @@ inline bool is_int_type(TensorType t) {
         case TensorType::Q8_0:
         case TensorType::IQ4_NL:
         case TensorType::MXFP4:
+        case TensorType::Q2_K:
         case TensorType::Q3_K:
         case TensorType::Q4_K:
         case TensorType::Q5_K:

@@ -30,7 +30,7 @@ struct IntBlock {
     float d = 0, m = 0;  // m: Q4_1/Q5_1 min, or the K types' dmin
     bool has_min = false;
     int32_t sc[16];
-    int32_t mn[8];
+    int32_t mn[16];
 };
 
 uint32_t load_u32(const uint8_t* p) {
@@ -116,6 +116,22 @@ void decode(TensorType type, const uint8_t* b, IntBlock* o) {
                     if (five && (qh[l] >> s) & 1) q += 16;
                     o->q[32 * s + l] = q;
                 }
+            }
+            return;
+        }
+        case TensorType::Q2_K: {
+            // {u8 scales[16]; u8 qs[64]; f16 d, dmin}: q as Q3_K's low bits;
+            // sub-block s (16 elements) scale = scales[s] & 15, min = scales[s] >> 4.
+            const uint8_t* qs = b + 16;
+            o->d = load_f16(b + 80);
+            o->m = load_f16(b + 82);
+            for (int s = 0; s < 16; ++s) {
+                o->sc[s] = b[s] & 0xF;
+                o->mn[s] = b[s] >> 4;
+            }
+            for (int e = 0; e < 256; ++e) {
+                const int n = e / 128, j = (e % 128) / 32, l = e % 32;
+                o->q[e] = (qs[32 * n + l] >> (2 * j)) & 3;
             }
             return;
         }
@@ -270,8 +286,9 @@ void matmul_int(const kernels::Matrix& w, const float* x, int64_t n_tokens, ActP
                     continue;
                 }
                 const bool q6 = w.type == TensorType::Q6_K, q3 = w.type == TensorType::Q3_K;
-                const bool has_min = w.type == TensorType::Q4_K || w.type == TensorType::Q5_K;
-                const int sub = q6 || q3 ? 16 : 32;
+                const bool q2 = w.type == TensorType::Q2_K;
+                const bool has_min = w.type == TensorType::Q4_K || w.type == TensorType::Q5_K || q2;
+                const int sub = q6 || q3 || q2 ? 16 : 32;
                 const int32_t offset = q6 ? 32 : q3 ? 4 : 0;
                 int64_t s_whole = 0, s_hi = 0, s_lo = 0, m = 0;
                 for (int s = 0; s < 256 / sub; ++s) {

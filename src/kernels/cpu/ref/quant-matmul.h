@@ -31,7 +31,7 @@ inline void split_int16(int32_t a, int8_t* hi, int8_t* lo) {
 }
 
 // y (n_tokens, w.n_rows) as the integer kernels compute it, for w.type one of
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS. Per row r and
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS. Per row r and
 // token t, with exact integer block sums:
 //   32-element types:  acc = fma(isum_b, dw_b * da_b, acc), isum over the
 //                      weights' integer levels (IQ4_NL and MXFP4: the table's,
@@ -42,6 +42,7 @@ inline void split_int16(int32_t a, int8_t* hi, int8_t* lo) {
 //   Q4_K/Q5_K, Int16:  v = fma(S_hi, 256, S_lo); acc = fma(v, d * da, acc); M as above
 //   Q6_K:              as Q4_K without M, dot_s over (q - 32)
 //   Q3_K:              as Q6_K, dot_s over (q - 4)
+//   Q2_K:              as Q4_K over 16 sub-blocks of 16
 //   IQ4_XS:            as Q4_K without M, sc_s = ls_s - 32, dot_s over the levels
 void matmul_int(const kernels::Matrix& w, const float* x, int64_t n_tokens,
                 kernels::ActPrecision quant, float* y);

@@ -55,10 +55,13 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
     const bool min_type = wt == TensorType::Q4_1 || wt == TensorType::Q5_1;
     const int32_t offset = weight_offset<V>(wt);
     // Sub-block sums of the K types: 16 elements for Q6_K, 32 for Q4_K / Q5_K /
-    // IQ4_XS, 16 for Q3_K; int16 sums for the mins of Q4_K / Q5_K, int32
+    // IQ4_XS, 16 for Q3_K / Q2_K; int16 sums for the mins of Q4_K / Q5_K / Q2_K, int32
     // offset corrections for Q6_K (-32 * sum), Q3_K (-4 * sum) and IQ4_XS
     // (-offset * sum).
-    const int sub = wt == TensorType::Q6_K || wt == TensorType::Q3_K ? 16 : 32;
+    const int sub =
+        wt == TensorType::Q6_K || wt == TensorType::Q3_K || wt == TensorType::Q2_K ? 16 : 32;
+    // Where the int16 sums of the lo halves start: after 8 (Q4_K, Q5_K) or 16 (Q2_K).
+    const uint64_t lo_sums = wt == TensorType::Q2_K ? 32 : 16;
     // K types take sums per sub-block; the others one per block.
     const bool sub_sums = al.sum_bytes == kKSumBytes;
     for (int64_t b = 0; b < al.n / bs; ++b) {
@@ -104,7 +107,7 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
                     reinterpret_cast<int32_t*>(sb + 64)[s] = -off * p_lo;
                 } else {
                     reinterpret_cast<int16_t*>(sb)[s] = static_cast<int16_t>(p);
-                    reinterpret_cast<int16_t*>(sb + 16)[s] = static_cast<int16_t>(p_lo);
+                    reinterpret_cast<int16_t*>(sb + lo_sums)[s] = static_cast<int16_t>(p_lo);
                 }
                 part = part_lo = V::zero();
             }

@@ -95,6 +95,18 @@ void dequant_panel(TensorType t, const uint8_t* panel, int64_t nb, float* out) {
             }
             continue;
         }
+        if (t == TensorType::Q2_K) {
+            const F d = V::fload(reinterpret_cast<const float*>(panel + 88 * vb));
+            const F dmin = V::fload(reinterpret_cast<const float*>(panel + 89 * vb));
+            for (int s = 0; s < 16; ++s) {
+                const I pair = V::load(panel + (80 + s / 2) * vb);
+                const I m = s % 2 ? V::template srl<16>(pair) : V::and_(pair, V::set1(0xFFFF));
+                const F d1 = V::fmul(d, V::cvt(V::load(panel + (64 + s) * vb)));
+                const F m1 = V::fmul(dmin, V::cvt(m));
+                dequant_cols<V, false>(panel + 4 * s * vb, 4, d1, zero, true, m1, o + 16 * s * L);
+            }
+            continue;
+        }
         if (t == TensorType::Q6_K || t == TensorType::Q3_K) {
             const F d = V::fload(reinterpret_cast<const float*>(panel + 80 * vb));
             const F off = V::fset1(t == TensorType::Q6_K ? 32.0f : 4.0f);

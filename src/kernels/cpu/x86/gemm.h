@@ -202,9 +202,10 @@ HR_KERNEL_INLINE void sub_q45(const typename V::I* w, typename V::I sc, const To
     }
 }
 
-// The end of a Q4_K / Q5_K superblock: M = sum_s m_s * asum_s, then
+// The end of a Q4_K / Q5_K superblock (kPairs = 4: 8 sub-blocks) or a Q2_K
+// one (kPairs = 8: 16 sub-blocks): M = sum_s m_s * asum_s, then
 // acc = fma(v, d * da, acc); acc = fma(-M, dmin * da, acc).
-template <class V, int NR, bool kI16>
+template <class V, int NR, bool kI16, int kPairs = 4>
 HR_KERNEL_INLINE void finish_q45(const typename V::I* S, const typename V::I* Sl,
                                  const typename V::I* mp, typename V::F d, typename V::F dmin,
                                  const Tok* tok, int64_t blk, typename V::F* acc) {
@@ -212,11 +213,11 @@ HR_KERNEL_INLINE void finish_q45(const typename V::I* S, const typename V::I* Sl
     using F = typename V::F;
     I M[NR], Ml[NR];
     for (int t = 0; t < NR; ++t) M[t] = Ml[t] = V::zero();
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < kPairs; ++j) {
         for (int t = 0; t < NR; ++t) {
             const uint8_t* sb = tok[t].sums + kKSumBytes * static_cast<uint64_t>(blk);
             M[t] = V::dot_s16(M[t], mp[j], V::bcast32(sb + 4 * j));
-            if (kI16) Ml[t] = V::dot_s16(Ml[t], mp[j], V::bcast32(sb + 16 + 4 * j));
+            if (kI16) Ml[t] = V::dot_s16(Ml[t], mp[j], V::bcast32(sb + 4 * kPairs + 4 * j));
         }
     }
     for (int t = 0; t < NR; ++t) {
@@ -240,6 +241,27 @@ HR_KERNEL_INLINE void sub_q6(const typename V::I* w, typename V::I sc, const Tok
         is[t] = V::bcast32(sb + 4 * s);
         if (kI16) il[t] = V::bcast32(sb + 64 + 4 * s);
     }
+    for (int k = 0; k < 4; ++k) {
+        const int64_t at = 256 * blk + 16 * s + 4 * k;
+        for (int t = 0; t < NR; ++t) {
+            is[t] = V::dot_u8s8(is[t], w[k], V::bcast32(tok[t].qs + at));
+            if (kI16) il[t] = V::dot_u8s8(il[t], w[k], V::bcast32(tok[t].lo + at));
+        }
+    }
+    for (int t = 0; t < NR; ++t) {
+        S[t] = V::add(S[t], V::mullo(is[t], sc));
+        if (kI16) Sl[t] = V::add(Sl[t], V::mullo(il[t], sc));
+    }
+}
+
+// Sub-block s (16 weights, 4 vectors, levels 0..3) of Q2_K superblock blk:
+// S += sc * dot (hi and lo halves apart for Int16).
+template <class V, int NR, bool kI16>
+HR_KERNEL_INLINE void sub_q2(const typename V::I* w, typename V::I sc, const Tok* tok, int64_t blk,
+                             int s, typename V::I* S, typename V::I* Sl) {
+    using I = typename V::I;
+    I is[NR], il[NR];
+    for (int t = 0; t < NR; ++t) is[t] = il[t] = V::zero();
     for (int k = 0; k < 4; ++k) {
         const int64_t at = 256 * blk + 16 * s + 4 * k;
         for (int t = 0; t < NR; ++t) {
@@ -317,6 +339,17 @@ void micro_panel(const uint8_t* panel, int64_t b0, int64_t nb, const Tok* tok, i
             }
             for (int j = 0; j < 4; ++j) mp[j] = V::load(panel + (L.mins + j) * vb);
             finish_q45<V, NR, kI16>(
+                S, Sl, mp, V::fload(reinterpret_cast<const float*>(panel + L.d * vb)),
+                V::fload(reinterpret_cast<const float*>(panel + L.m * vb)), tok, blk, acc);
+        } else if constexpr (T == TensorType::Q2_K) {
+            I S[NR], Sl[NR], mp[8];
+            for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
+            for (int s = 0; s < 16; ++s) {
+                for (int k = 0; k < 4; ++k) w[k] = V::load(panel + (4 * s + k) * vb);
+                sub_q2<V, NR, kI16>(w, V::load(panel + (L.scales + s) * vb), tok, blk, s, S, Sl);
+            }
+            for (int j = 0; j < 8; ++j) mp[j] = V::load(panel + (L.mins + j) * vb);
+            finish_q45<V, NR, kI16, 8>(
                 S, Sl, mp, V::fload(reinterpret_cast<const float*>(panel + L.d * vb)),
                 V::fload(reinterpret_cast<const float*>(panel + L.m * vb)), tok, blk, acc);
         } else if constexpr (T == TensorType::Q6_K || T == TensorType::Q3_K) {
@@ -414,6 +447,22 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
                 }
             }
             finish_q6<V, NR, kI16>(S, Sl, d, tok, blk, acc);
+        } else if constexpr (T == TensorType::Q2_K) {
+            using R = ReadQ2K<V>;
+            I S[NR], Sl[NR], sc[16], mp[8], q[8], w[8];
+            F d, dmin;
+            for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
+            R::scales(src, blk, sc, mp, d, dmin);
+            for (int n = 0; n < 2; ++n) {
+                R::low_bits(src, blk, n, q);
+                for (int j = 0; j < 4; ++j) {
+                    R::levels(q, j, w);
+                    const int s = 8 * n + 2 * j;
+                    sub_q2<V, NR, kI16>(w, sc[s], tok, blk, s, S, Sl);
+                    sub_q2<V, NR, kI16>(w + 4, sc[s + 1], tok, blk, s + 1, S, Sl);
+                }
+            }
+            finish_q45<V, NR, kI16, 8>(S, Sl, mp, d, dmin, tok, blk, acc);
         } else if constexpr (T == TensorType::Q3_K) {
             using R = ReadQ3K<V>;
             I S[NR], Sl[NR], sc[16], h[8], q[8], w[8];
@@ -554,9 +603,9 @@ void fill_kernels(IntKernel<V>& k) {
 
 template <class V, TensorType T, bool kI16, bool kPacked>
 IntKernel<V> make_kernel() {
-    constexpr bool k_type = T == TensorType::Q3_K || T == TensorType::Q4_K ||
-                            T == TensorType::Q5_K || T == TensorType::Q6_K ||
-                            T == TensorType::IQ4_XS;
+    constexpr bool k_type = T == TensorType::Q2_K || T == TensorType::Q3_K ||
+                            T == TensorType::Q4_K || T == TensorType::Q5_K ||
+                            T == TensorType::Q6_K || T == TensorType::IQ4_XS;
     constexpr bool small = T == TensorType::Q4_0 || T == TensorType::Q4_1;
     constexpr int nr = k_type  ? (kI16 ? V::kNrKInt16 : V::kNrKInt8)
                        : kI16  ? V::kNr32Int16
@@ -596,6 +645,8 @@ IntKernel<V> int_kernel_for(TensorType t) {
             return make_kernel<V, TensorType::IQ4_XS, kI16, kPacked>();
         case TensorType::Q3_K:
             return make_kernel<V, TensorType::Q3_K, kI16, kPacked>();
+        case TensorType::Q2_K:
+            return make_kernel<V, TensorType::Q2_K, kI16, kPacked>();
         default:
             return make_kernel<V, TensorType::Q6_K, kI16, kPacked>();
     }
@@ -700,6 +751,8 @@ void repack(const Matrix& w, uint8_t* dst, const Context& ctx) {
             return repack_matrix<V, TensorType::IQ4_XS>(w, dst, ctx);
         case TensorType::Q3_K:
             return repack_matrix<V, TensorType::Q3_K>(w, dst, ctx);
+        case TensorType::Q2_K:
+            return repack_matrix<V, TensorType::Q2_K>(w, dst, ctx);
         default:
             return;
     }

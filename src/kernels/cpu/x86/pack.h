@@ -30,11 +30,12 @@
 //   32-element types: w[8] (u8), d f32[L], then m f32[L] for Q4_1 / Q5_1
 //   Q4_K / Q5_K:      w[64], sc i32[8][L], min pairs i16[4][L][2], d f32[L], dmin f32[L]
 //   Q6_K, Q3_K:       w[64], sc i32[16][L], d f32[L]
+//   Q2_K:             w[64], sc i32[16][L], min pairs i16[8][L][2], d f32[L], dmin f32[L]
 //   IQ4_XS:           w[64], sc i32[8][L] (ls - 32), d f32[L]
 // Weight levels: Q4_0 nibble (w + 8), Q5_0 5 bits (w + 16), Q8_0 w + 128 when
 // V::kQ8Unsigned else w as s8, IQ4_NL, MXFP4 and IQ4_XS their table's level as
 // Q8_0's w (the repacked copy keeps their nibbles; a byte shuffle looks the
-// levels up), Q4_1/Q5_1/Q4_K/Q5_K the unsigned level, Q6_K w + 32, Q3_K w + 4.
+// levels up), Q4_1/Q5_1/Q2_K/Q4_K/Q5_K the unsigned level, Q6_K w + 32, Q3_K w + 4.
 // The activation side subtracts offset * sum(a).
 #pragma once
 
@@ -96,6 +97,8 @@ constexpr uint64_t block_bytes_of(TensorType t) {
             return 210;
         case TensorType::Q3_K:
             return 110;
+        case TensorType::Q2_K:
+            return 84;
         case TensorType::IQ4_XS:
             return 136;
         default:
@@ -146,6 +149,15 @@ constexpr auto block_fields() {
         }
         for (int k = 0; k < 8; ++k)
             f[i++] = {K::Dw4, static_cast<uint16_t>((five ? 48 : 16) + 16 * k)};
+        return f;
+    }
+    if constexpr (T == TensorType::Q2_K) {
+        // The scales and mins, d, dmin, then the bits.
+        std::array<Field, 10> f{};
+        for (int k = 0; k < 4; ++k) f[k] = {K::Dword, static_cast<uint16_t>(4 * k)};
+        f[4] = {K::Half, 80};
+        f[5] = {K::Half, 82};
+        for (int k = 0; k < 4; ++k) f[6 + k] = {K::Dw4, static_cast<uint16_t>(16 + 16 * k)};
         return f;
     }
     if constexpr (T == TensorType::Q3_K) {
@@ -593,6 +605,46 @@ struct ReadQ3K {
     }
 };
 
+// Q2_K {u8 scales[16]; u8 qs[64]; f16 d, dmin}: element e's level (0..3) in
+// qs as Q3_K's low bits; sub-block s (16 elements, 8n + 2j + l / 16) has
+// scale scales[s] & 15 and min scales[s] >> 4.
+template <class V>
+struct ReadQ2K {
+    using I = typename V::I;
+    using F = typename V::F;
+
+    // sc[s] per lane, and the mins as pairs mp[j] = m[2j] | m[2j + 1] << 16.
+    template <class Src>
+    HR_KERNEL_INLINE static void scales(const Src& src, int64_t b, I sc[16], I mp[8], F& d,
+                                        F& dmin) {
+        const I m4 = V::set1(0xF);
+        for (int k = 0; k < 4; ++k) {
+            const I D = src.dword(b, 4 * k);  // scales[4k .. 4k + 4)
+            for (int i = 0; i < 4; ++i) sc[4 * k + i] = V::and_(V::srlv(D, V::set1(8 * i)), m4);
+            const I mins = V::and_(V::template srl<4>(D), V::set1(0x0F0F0F0F));
+            // bytes m0 m1 m2 m3 -> pairs m0 | m1 << 16 and m2 | m3 << 16
+            mp[2 * k] = V::or_(V::and_(mins, V::set1(0xFF)),
+                               V::template sll<8>(V::and_(mins, V::set1(0xFF00))));
+            mp[2 * k + 1] = V::or_(V::and_(V::template srl<16>(mins), V::set1(0xFF)),
+                                   V::and_(V::template srl<8>(mins), V::set1(0xFF0000)));
+        }
+        d = src.half(b, 80);
+        dmin = src.half(b, 82);
+    }
+
+    // Half n's qs bytes, and the levels of sub-blocks 8n + 2j (w[0..4)) and
+    // 8n + 2j + 1 (w[4..8)).
+    template <class Src>
+    HR_KERNEL_INLINE static void low_bits(const Src& src, int64_t b, int n, I q[8]) {
+        src.dw4(b, 16 + 32 * n, q);
+        src.dw4(b, 32 + 32 * n, q + 4);
+    }
+    HR_KERNEL_INLINE static void levels(const I q[8], int j, I w[8]) {
+        const I m3 = V::set1_8(3), shift = V::set1(2 * j);
+        for (int k = 0; k < 8; ++k) w[k] = V::and_(V::srlv(q[k], shift), m3);
+    }
+};
+
 // IQ4_XS {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}: sub-block s (32
 // weights) has the 6-bit scale ls = nibble s of scales_l | bits 2s, 2s + 1 of
 // scales_h << 4, and takes the low and high nibbles of qs[16s .. 16s + 16)
@@ -639,6 +691,7 @@ struct ReadIq4Xs {
 // GEMM's micro_panel reads it.
 //   Q4_K, Q5_K  64 weight vectors, 8 scale, 4 min-pair, d, dmin   (78)
 //   Q6_K, Q3_K  64 weight vectors, 16 scale, d                    (81)
+//   Q2_K        64 weight vectors, 16 scale, 8 min-pair, d, dmin  (90)
 //   IQ4_XS      64 weight vectors, 8 scale, d                     (73)
 //   Q4_1, Q5_1  8 weight vectors, d, m                            (10)
 //   others      8 weight vectors, d                               (9)
@@ -654,6 +707,8 @@ constexpr PanelLayout panel_layout(TensorType t) {
         case TensorType::Q6_K:
         case TensorType::Q3_K:
             return {64, 0, 80, 0, 81};
+        case TensorType::Q2_K:
+            return {64, 80, 88, 89, 90};
         case TensorType::IQ4_XS:
             return {64, 0, 72, 0, 73};
         case TensorType::Q4_1:
@@ -689,6 +744,23 @@ void pack_panel(const Src& src, int64_t b0, int64_t nb, uint8_t* panel) {
             R::scales(src, b, sc, mp, d, dmin);
             for (int s = 0; s < 8; ++s) V::store(panel + (L.scales + s) * vb, sc[s]);
             for (int j = 0; j < 4; ++j) V::store(panel + (L.mins + j) * vb, mp[j]);
+            V::fstore(reinterpret_cast<float*>(panel + L.d * vb), d);
+            V::fstore(reinterpret_cast<float*>(panel + L.m * vb), dmin);
+        } else if constexpr (T == TensorType::Q2_K) {
+            using R = ReadQ2K<V>;
+            I q[8], w[8], sc[16], mp[8];
+            F d, dmin;
+            for (int n = 0; n < 2; ++n) {
+                R::low_bits(src, b, n, q);
+                for (int j = 0; j < 4; ++j) {
+                    R::levels(q, j, w);
+                    const int s = 8 * n + 2 * j;  // vectors 4s .. 4s + 8
+                    for (int k = 0; k < 8; ++k) V::store(panel + (4 * s + k) * vb, w[k]);
+                }
+            }
+            R::scales(src, b, sc, mp, d, dmin);
+            for (int s = 0; s < 16; ++s) V::store(panel + (L.scales + s) * vb, sc[s]);
+            for (int j = 0; j < 8; ++j) V::store(panel + (L.mins + j) * vb, mp[j]);
             V::fstore(reinterpret_cast<float*>(panel + L.d * vb), d);
             V::fstore(reinterpret_cast<float*>(panel + L.m * vb), dmin);
         } else if constexpr (T == TensorType::Q3_K) {

@@ -20,13 +20,15 @@ namespace headroom {
 
 const std::vector<SynthShape>& synth_shapes() {
     // Published configs: TinyLlama-1.1B, Llama-2-7b, Meta-Llama-3-8B, SmolLM2-135M;
-    // the "tiny" shapes are for tests.
+    // the "tiny" shapes are for tests (tiny-256: every width a multiple of 256,
+    // so the K types and IQ4_XS hold every matrix).
     static const std::vector<SynthShape> kShapes = {
         {"tiny", "llama", 512, 256, 64, 2, 4, 2, 160, 10000.0f, false},
         {"tiny-tied", "llama", 512, 256, 64, 2, 4, 1, 160, 10000.0f, true},
         {"tiny-qwen2", "qwen2", 512, 256, 64, 2, 4, 2, 160, 1000000.0f, false},
         {"tiny-gemma3", "gemma3", 512, 256, 64, 3, 4, 1, 160, 1000000.0f, true, 8, 3},
         {"tiny-qwen3", "qwen3", 512, 256, 64, 2, 4, 2, 160, 1000000.0f, true},
+        {"tiny-256", "llama", 512, 256, 256, 2, 4, 2, 512, 10000.0f, false},
         {"smollm2-135m", "llama", 49152, 8192, 576, 30, 9, 3, 1536, 100000.0f, true},
         {"tinyllama-1.1b", "llama", 32000, 2048, 2048, 22, 32, 4, 5632, 10000.0f, false},
         {"llama-2-7b", "llama", 32000, 4096, 4096, 32, 32, 32, 11008, 10000.0f, false},

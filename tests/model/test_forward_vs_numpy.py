@@ -5,7 +5,8 @@ from the architectures' definitions, on tiny random models made by
 and one KV head (MQA), qwen2 (NeoX RoPE, q/k/v biases) and gemma3 (an
 8-token sliding window on 2 of 3 layers, so the 37-token prompt crosses it;
 q/k norms, post norms, GELU), each with f32 and quantized weights
-(dequantized by the gguf package)."""
+(dequantized by the gguf package), and a llama whose widths are multiples of
+256 in every K type and IQ4_XS."""
 import os
 import subprocess
 import sys
@@ -136,24 +137,30 @@ def forward_gemma3(meta, W, tokens):
 tmp = scratch_dir("headroom-forward-")
 rng = np.random.default_rng(5)
 n_checked = 0
-for shape in ["tiny", "tiny-tied", "tiny-qwen2", "tiny-gemma3"]:
-    for wtype in ["f32", "q8_0", "q4_0", "q4_k", "f16"]:
-        path = os.path.join(tmp, f"{shape}-{wtype}.gguf")
-        subprocess.run([headroom_bin(), "synth", shape, path, "--type", wtype, "-q", "--seed", "3"], check=True)
-        meta, W = load(path)
-        tokens = rng.integers(3, 512, size=37).tolist()
-        out = os.path.join(tmp, "logits.f32")
-        # f32 KV so that only the arithmetic order differs; small steps so
-        # the KV cache and several forward calls are exercised.
-        subprocess.run([headroom_bin(), "eval", "-m", path, "--tokens", ",".join(map(str, tokens)),
-                        "--logits-out", out, "--kv-dtype", "f32", "--max-num-batched-tokens", "8",
-                        "--block-size", "4", "-t", "2"], check=True, capture_output=True)
-        ours = np.fromfile(out, dtype=np.float32).reshape(len(tokens), -1)
-        ref = forward(meta, W, tokens)
-        err = np.abs(ours - ref).max()
-        scale = np.abs(ref).max()
-        fail_if(err > 1e-4 * max(1.0, scale), f"{shape} {wtype}: max |diff| {err:.3g} (logit scale {scale:.3g})")
-        fail_if(not (ours.argmax(1) == ref.argmax(1)).all(), f"{shape} {wtype}: top-1 differs")
-        print(f"{shape:11s} {wtype:5s} max |logit diff| {err:.2e} (scale {scale:.2f})")
-        n_checked += 1
+# The tiny shapes' widths (64, 160) are not multiples of 256, so there the K
+# types fall back to 32-element ones; tiny-256 holds them.
+CASES = [(shape, wtype) for shape in ["tiny", "tiny-tied", "tiny-qwen2", "tiny-gemma3"]
+         for wtype in ["f32", "q8_0", "q4_0", "q4_k", "f16", "iq4_nl", "mxfp4"]]
+CASES += [("tiny-256", wtype) for wtype in ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"]]
+for shape, wtype in CASES:
+    path = os.path.join(tmp, f"{shape}-{wtype}.gguf")
+    subprocess.run([headroom_bin(), "synth", shape, path, "--type", wtype, "-q", "--seed", "3"], check=True)
+    meta, W = load(path)
+    held = {t.tensor_type.name for t in GGUFReader(path).tensors}
+    fail_if(shape == "tiny-256" and wtype.upper() not in held, f"{shape} {wtype}: the file holds {held}")
+    tokens = rng.integers(3, 512, size=37).tolist()
+    out = os.path.join(tmp, "logits.f32")
+    # f32 KV so that only the arithmetic order differs; small steps so
+    # the KV cache and several forward calls are exercised.
+    subprocess.run([headroom_bin(), "eval", "-m", path, "--tokens", ",".join(map(str, tokens)),
+                    "--logits-out", out, "--kv-dtype", "f32", "--max-num-batched-tokens", "8",
+                    "--block-size", "4", "-t", "2"], check=True, capture_output=True)
+    ours = np.fromfile(out, dtype=np.float32).reshape(len(tokens), -1)
+    ref = forward(meta, W, tokens)
+    err = np.abs(ours - ref).max()
+    scale = np.abs(ref).max()
+    fail_if(err > 1e-4 * max(1.0, scale), f"{shape} {wtype}: max |diff| {err:.3g} (logit scale {scale:.3g})")
+    fail_if(not (ours.argmax(1) == ref.argmax(1)).all(), f"{shape} {wtype}: top-1 differs")
+    print(f"{shape:11s} {wtype:5s} max |logit diff| {err:.2e} (scale {scale:.2f})")
+    n_checked += 1
 print(f"ok: {n_checked} models match the numpy forward")

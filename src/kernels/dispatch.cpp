@@ -114,7 +114,7 @@ uint64_t thread_scratch_bytes(uint64_t max_in, uint64_t max_head, uint64_t group
     // Reference: a dequantized weight row; K, V and the accumulator of one query.
     const uint64_t ref = std::max(max_in, 3 * max_head) * 4;
     // x86 matmul: one packed chunk of a row group (16 blocks of at most
-    // 40 x 16 bytes, or 2 superblocks of at most 324 x 16 bytes), and for
+    // 40 x 16 bytes, or 2 superblocks of at most 360 x 16 bytes, Q2_K), and for
     // F32 precision that chunk dequantized (256 columns x 16 rows of f32).
     const uint64_t panel = 32 * 1024;
     // x86 attention (kLanes <= 16): a chunk's K (transposed or not) and V

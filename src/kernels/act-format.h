@@ -1,12 +1,13 @@
 // Layout of one token's activations quantized for the integer matmul kernels
 // (Context::acts_q holds n_tokens such rows, each q_row_bytes apart).
 //
-// The block size follows the weights: 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/
-// MXFP4, 256 for the K types (Q2_K .. Q6_K) and IQ4_XS. Per block, a = rne(x * kMax / amax) with
-// kMax = 127 (Int8) or 32512 (Int16), and d the block's scale as ref::quantize_acts rounds it (f16
-// for Int8 32-element blocks, as llama.cpp's Q8_0 / Q8_1). An Int16 value is stored as two int8
-// halves, a = 256 * hi + lo with lo the low byte sign-extended and |hi| <= 127, so both halves feed
-// u8 x s8 multiply-adds.
+// The block size follows the weights: 32 for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+// IQ4_NL and MXFP4; 256 for the K types (Q2_K .. Q6_K) and IQ4_XS. Per block,
+// a = rne(x * kMax / amax) with kMax = 127 (Int8) or 32512 (Int16), and d the
+// block's scale as ref::quantize_acts rounds it (f16 for Int8 32-element
+// blocks, as llama.cpp's Q8_0 / Q8_1). An Int16 value is stored as two int8
+// halves, a = 256 * hi + lo with lo the low byte sign-extended and |hi| <=
+// 127, so both halves feed u8 x s8 multiply-adds.
 //
 //   qs    int8[n]           Int8: a;  Int16: hi
 //   lo    int8[n]           Int16 only

@@ -15,8 +15,7 @@ namespace headroom::kernels::x86 {
 
 // ---- activations ----------------------------------------------------------
 
-// The offset the packer adds to weights of a 32-element type or of IQ4_XS
-// (see pack.h).
+// The offset the packer adds to the weights' levels (see pack.h).
 template <class V>
 constexpr int32_t weight_offset(TensorType t) {
     switch (t) {
@@ -24,6 +23,10 @@ constexpr int32_t weight_offset(TensorType t) {
             return 8;
         case TensorType::Q5_0:
             return 16;
+        case TensorType::Q3_K:
+            return 4;
+        case TensorType::Q6_K:
+            return 32;
         default:
             return (has_s8_levels(t) || t == TensorType::IQ4_XS) && V::kQ8Unsigned ? 128 : 0;
     }
@@ -54,13 +57,14 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
     uint8_t* sums = row + al.sums;
     const bool min_type = wt == TensorType::Q4_1 || wt == TensorType::Q5_1;
     const int32_t offset = weight_offset<V>(wt);
-    // Sub-block sums of the K types: 16 elements for Q6_K, 32 for Q4_K / Q5_K /
-    // IQ4_XS, 16 for Q3_K / Q2_K; int16 sums for the mins of Q4_K / Q5_K / Q2_K, int32
-    // offset corrections for Q6_K (-32 * sum), Q3_K (-4 * sum) and IQ4_XS
-    // (-offset * sum).
+    // Sums of the K types, per sub-block of 16 (Q2_K, Q3_K, Q6_K) or 32 (Q4_K,
+    // Q5_K, IQ4_XS) elements: the int16 sums the mins multiply (Q2_K, Q4_K,
+    // Q5_K; the lo halves' after the 8 or 16 of the hi ones), else the int32
+    // offset correction -offset * sum (the lo halves' at byte 64).
     const int sub =
         wt == TensorType::Q6_K || wt == TensorType::Q3_K || wt == TensorType::Q2_K ? 16 : 32;
-    // Where the int16 sums of the lo halves start: after 8 (Q4_K, Q5_K) or 16 (Q2_K).
+    const bool min_sums =
+        wt == TensorType::Q2_K || wt == TensorType::Q4_K || wt == TensorType::Q5_K;
     const uint64_t lo_sums = wt == TensorType::Q2_K ? 32 : 16;
     // K types take sums per sub-block; the others one per block.
     const bool sub_sums = al.sum_bytes == kKSumBytes;
@@ -99,12 +103,9 @@ void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPre
                 const int s = (i + L) / sub - 1;
                 const int32_t p = V::reduce_add(part), p_lo = i16 ? V::reduce_add(part_lo) : 0;
                 uint8_t* sb = sums + static_cast<uint64_t>(b) * kKSumBytes;
-                if (wt == TensorType::Q6_K || wt == TensorType::Q3_K || wt == TensorType::IQ4_XS) {
-                    const int32_t off = wt == TensorType::Q6_K   ? 32
-                                        : wt == TensorType::Q3_K ? 4
-                                                                 : offset;
-                    reinterpret_cast<int32_t*>(sb)[s] = -off * p;
-                    reinterpret_cast<int32_t*>(sb + 64)[s] = -off * p_lo;
+                if (!min_sums) {
+                    reinterpret_cast<int32_t*>(sb)[s] = -offset * p;
+                    reinterpret_cast<int32_t*>(sb + 64)[s] = -offset * p_lo;
                 } else {
                     reinterpret_cast<int16_t*>(sb)[s] = static_cast<int16_t>(p);
                     reinterpret_cast<int16_t*>(sb + lo_sums)[s] = static_cast<int16_t>(p_lo);

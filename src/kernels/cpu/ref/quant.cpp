@@ -577,14 +577,9 @@ void quant_q5_k(const float* x, uint8_t* b) {
 void quant_q6_k(const float* x, uint8_t* b) {
     int8_t L[256];
     float scales[16];
-    float max_scale = 0, max_abs_scale = 0;
-    for (int ib = 0; ib < 16; ++ib) {
+    for (int ib = 0; ib < 16; ++ib)
         scales[ib] = fit_scale_symmetric(16, 32, x + 16 * ib, L + 16 * ib);
-        if (std::fabs(scales[ib]) > max_abs_scale) {
-            max_abs_scale = std::fabs(scales[ib]);
-            max_scale = scales[ib];
-        }
-    }
+    const float max_scale = signed_absmax(scales, 16), max_abs_scale = std::fabs(max_scale);
     std::memset(b, 0, 210);
     if (max_abs_scale < kGroupMaxEps) return;
     auto* sc = reinterpret_cast<int8_t*>(b + 192);
@@ -668,14 +663,8 @@ void quant_q2_k(const float* x, uint8_t* b) {
 void quant_q3_k(const float* x, uint8_t* b) {
     int8_t L[256];
     float scales[16];
-    float max_scale = 0, max_abs_scale = 0;
-    for (int j = 0; j < 16; ++j) {
-        scales[j] = fit_scale_symmetric(16, 4, x + 16 * j, L + 16 * j);
-        if (std::fabs(scales[j]) > max_abs_scale) {
-            max_abs_scale = std::fabs(scales[j]);
-            max_scale = scales[j];
-        }
-    }
+    for (int j = 0; j < 16; ++j) scales[j] = fit_scale_symmetric(16, 4, x + 16 * j, L + 16 * j);
+    const float max_scale = signed_absmax(scales, 16), max_abs_scale = std::fabs(max_scale);
     std::memset(b, 0, 110);
     if (max_abs_scale < kGroupMaxEps) return;
     const float iscale = -32.0f / max_scale;
@@ -775,14 +764,8 @@ void quant_iq4_nl(const float* x, uint8_t* b) {
 void quant_iq4_xs(const float* x, uint8_t* b) {
     uint8_t L[32];
     float scales[8];
-    float max_scale = 0, max_abs_scale = 0;
-    for (int j = 0; j < 8; ++j) {
-        scales[j] = fit_iq4(32, x + 32 * j, L);
-        if (std::fabs(scales[j]) > max_abs_scale) {
-            max_abs_scale = std::fabs(scales[j]);
-            max_scale = scales[j];
-        }
-    }
+    for (int j = 0; j < 8; ++j) scales[j] = fit_iq4(32, x + 32 * j, L);
+    const float max_scale = signed_absmax(scales, 8), max_abs_scale = std::fabs(max_scale);
     std::memset(b, 0, 136);
     if (max_abs_scale < kGroupMaxEps) {
         for (int j = 0; j < 8; ++j) {

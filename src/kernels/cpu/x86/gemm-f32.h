@@ -79,51 +79,42 @@ void dequant_panel(TensorType t, const uint8_t* panel, int64_t nb, float* out) {
             }
             continue;
         }
+        // The superblock types, by their panel layout: 8 sub-blocks of 32
+        // (Q4_K, Q5_K, IQ4_XS) or 16 of 16 (Q2_K, Q3_K, Q6_K).
         float* o = out + b * 256 * L;
-        if (t == TensorType::IQ4_XS) {
-            // Levels as Q8_0's weights: signed, or + 128.
-            const F d = V::fload(reinterpret_cast<const float*>(panel + 72 * vb));
-            const F off = V::fset1(V::kQ8Unsigned ? 128.0f : 0.0f);
-            for (int s = 0; s < 8; ++s) {
-                const F ds = V::fmul(d, V::cvt(V::load(panel + (64 + s) * vb)));
-                if constexpr (V::kQ8Unsigned)
-                    dequant_cols<V, false>(panel + 8 * s * vb, 8, ds, zero, false, off,
-                                           o + 32 * s * L);
-                else
-                    dequant_cols<V, true>(panel + 8 * s * vb, 8, ds, zero, false, off,
-                                          o + 32 * s * L);
-            }
-            continue;
-        }
-        if (t == TensorType::Q2_K) {
-            const F d = V::fload(reinterpret_cast<const float*>(panel + 88 * vb));
-            const F dmin = V::fload(reinterpret_cast<const float*>(panel + 89 * vb));
-            for (int s = 0; s < 16; ++s) {
-                const I pair = V::load(panel + (80 + s / 2) * vb);
+        const PanelLayout pl = panel_layout(t);
+        const int n_sub =
+            t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::IQ4_XS ? 8 : 16;
+        const int n_vec = 64 / n_sub;  // 4 columns each
+        const F d = V::fload(reinterpret_cast<const float*>(panel + pl.d * vb));
+        if (pl.mins) {
+            // Q2_K, Q4_K, Q5_K: d * sc * q - dmin * m.
+            const F dmin = V::fload(reinterpret_cast<const float*>(panel + pl.m * vb));
+            for (int s = 0; s < n_sub; ++s) {
+                const I pair = V::load(panel + (pl.mins + s / 2) * vb);
                 const I m = s % 2 ? V::template srl<16>(pair) : V::and_(pair, V::set1(0xFFFF));
-                const F d1 = V::fmul(d, V::cvt(V::load(panel + (64 + s) * vb)));
+                const F d1 = V::fmul(d, V::cvt(V::load(panel + (pl.scales + s) * vb)));
                 const F m1 = V::fmul(dmin, V::cvt(m));
-                dequant_cols<V, false>(panel + 4 * s * vb, 4, d1, zero, true, m1, o + 16 * s * L);
+                dequant_cols<V, false>(panel + n_vec * s * vb, n_vec, d1, zero, true, m1,
+                                       o + 4 * n_vec * s * L);
             }
             continue;
         }
-        if (t == TensorType::Q6_K || t == TensorType::Q3_K) {
-            const F d = V::fload(reinterpret_cast<const float*>(panel + 80 * vb));
-            const F off = V::fset1(t == TensorType::Q6_K ? 32.0f : 4.0f);
-            for (int s = 0; s < 16; ++s) {
-                const F ds = V::fmul(d, V::cvt(V::load(panel + (64 + s) * vb)));
-                dequant_cols<V, false>(panel + 4 * s * vb, 4, ds, zero, false, off, o + 16 * s * L);
-            }
-            continue;
-        }
-        const F d = V::fload(reinterpret_cast<const float*>(panel + 76 * vb));
-        const F dmin = V::fload(reinterpret_cast<const float*>(panel + 77 * vb));
-        for (int s = 0; s < 8; ++s) {
-            const I pair = V::load(panel + (72 + s / 2) * vb);
-            const I m = s % 2 ? V::template srl<16>(pair) : V::and_(pair, V::set1(0xFFFF));
-            const F d1 = V::fmul(d, V::cvt(V::load(panel + (64 + s) * vb)));
-            const F m1 = V::fmul(dmin, V::cvt(m));
-            dequant_cols<V, false>(panel + 8 * s * vb, 8, d1, zero, true, m1, o + 32 * s * L);
+        // Q6_K, Q3_K, IQ4_XS: d * sc * (q - offset); IQ4_XS's levels as
+        // Q8_0's weights, signed or + 128.
+        const bool is_signed = t == TensorType::IQ4_XS && !V::kQ8Unsigned;
+        const F off = V::fset1(t == TensorType::Q6_K   ? 32.0f
+                               : t == TensorType::Q3_K ? 4.0f
+                               : is_signed             ? 0.0f
+                                                       : 128.0f);
+        for (int s = 0; s < n_sub; ++s) {
+            const F ds = V::fmul(d, V::cvt(V::load(panel + (pl.scales + s) * vb)));
+            if (is_signed)
+                dequant_cols<V, true>(panel + n_vec * s * vb, n_vec, ds, zero, false, off,
+                                      o + 4 * n_vec * s * L);
+            else
+                dequant_cols<V, false>(panel + n_vec * s * vb, n_vec, ds, zero, false, off,
+                                       o + 4 * n_vec * s * L);
         }
     }
 }

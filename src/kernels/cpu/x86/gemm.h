@@ -229,39 +229,19 @@ HR_KERNEL_INLINE void finish_q45(const typename V::I* S, const typename V::I* Sl
     }
 }
 
-// Sub-block s (16 weights, 4 vectors) of Q6_K superblock blk:
-// S += sc * (dot - 32 * asum).
-template <class V, int NR, bool kI16>
+// Sub-block s (16 weights, 4 vectors) of a superblock of 16-element
+// sub-blocks: S += sc * (dot - offset * asum) for Q6_K and Q3_K (kOffset: the
+// sums hold -offset * asum); S += sc * dot for Q2_K, whose mins come apart.
+template <class V, int NR, bool kI16, bool kOffset = true>
 HR_KERNEL_INLINE void sub_q6(const typename V::I* w, typename V::I sc, const Tok* tok, int64_t blk,
                              int s, typename V::I* S, typename V::I* Sl) {
     using I = typename V::I;
     I is[NR], il[NR];
     for (int t = 0; t < NR; ++t) {
         const uint8_t* sb = tok[t].sums + kKSumBytes * static_cast<uint64_t>(blk);
-        is[t] = V::bcast32(sb + 4 * s);
-        if (kI16) il[t] = V::bcast32(sb + 64 + 4 * s);
+        is[t] = kOffset ? V::bcast32(sb + 4 * s) : V::zero();
+        il[t] = kOffset && kI16 ? V::bcast32(sb + 64 + 4 * s) : V::zero();
     }
-    for (int k = 0; k < 4; ++k) {
-        const int64_t at = 256 * blk + 16 * s + 4 * k;
-        for (int t = 0; t < NR; ++t) {
-            is[t] = V::dot_u8s8(is[t], w[k], V::bcast32(tok[t].qs + at));
-            if (kI16) il[t] = V::dot_u8s8(il[t], w[k], V::bcast32(tok[t].lo + at));
-        }
-    }
-    for (int t = 0; t < NR; ++t) {
-        S[t] = V::add(S[t], V::mullo(is[t], sc));
-        if (kI16) Sl[t] = V::add(Sl[t], V::mullo(il[t], sc));
-    }
-}
-
-// Sub-block s (16 weights, 4 vectors, levels 0..3) of Q2_K superblock blk:
-// S += sc * dot (hi and lo halves apart for Int16).
-template <class V, int NR, bool kI16>
-HR_KERNEL_INLINE void sub_q2(const typename V::I* w, typename V::I sc, const Tok* tok, int64_t blk,
-                             int s, typename V::I* S, typename V::I* Sl) {
-    using I = typename V::I;
-    I is[NR], il[NR];
-    for (int t = 0; t < NR; ++t) is[t] = il[t] = V::zero();
     for (int k = 0; k < 4; ++k) {
         const int64_t at = 256 * blk + 16 * s + 4 * k;
         for (int t = 0; t < NR; ++t) {
@@ -346,7 +326,8 @@ void micro_panel(const uint8_t* panel, int64_t b0, int64_t nb, const Tok* tok, i
             for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
             for (int s = 0; s < 16; ++s) {
                 for (int k = 0; k < 4; ++k) w[k] = V::load(panel + (4 * s + k) * vb);
-                sub_q2<V, NR, kI16>(w, V::load(panel + (L.scales + s) * vb), tok, blk, s, S, Sl);
+                sub_q6<V, NR, kI16, false>(w, V::load(panel + (L.scales + s) * vb), tok, blk, s, S,
+                                           Sl);
             }
             for (int j = 0; j < 8; ++j) mp[j] = V::load(panel + (L.mins + j) * vb);
             finish_q45<V, NR, kI16, 8>(
@@ -458,8 +439,8 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
                 for (int j = 0; j < 4; ++j) {
                     R::levels(q, j, w);
                     const int s = 8 * n + 2 * j;
-                    sub_q2<V, NR, kI16>(w, sc[s], tok, blk, s, S, Sl);
-                    sub_q2<V, NR, kI16>(w + 4, sc[s + 1], tok, blk, s + 1, S, Sl);
+                    sub_q6<V, NR, kI16, false>(w, sc[s], tok, blk, s, S, Sl);
+                    sub_q6<V, NR, kI16, false>(w + 4, sc[s + 1], tok, blk, s + 1, S, Sl);
                 }
             }
             finish_q45<V, NR, kI16, 8>(S, Sl, mp, d, dmin, tok, blk, acc);

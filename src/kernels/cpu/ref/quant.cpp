@@ -452,13 +452,7 @@ inline float level(float v, float nmax) {
 // Symmetric fit x ~ scale * (L - nmax), L in [0, 2 nmax), weights x^2
 // (ggml's make_qx_quants with rmse_type 1). Returns scale.
 float fit_scale_symmetric(int n, int nmax, const float* x, int8_t* L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        if (std::fabs(x[i]) > amax) {
-            amax = std::fabs(x[i]);
-            max = x[i];
-        }
-    }
+    const float max = signed_absmax(x, n), amax = std::fabs(max);
     if (amax < kGroupMaxEps) {
         std::fill(L, L + n, 0);
         return 0.0f;
@@ -710,13 +704,7 @@ inline uint8_t nearest_iq4_level(float v) {
 // least-squares scale sum(w q x) / sum(w q^2); the trial with the smallest
 // error (largest (sum w q x)^2 / sum w q^2) is kept. Returns d.
 float fit_iq4(int n, const float* x, uint8_t* L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        if (std::fabs(x[i]) > amax) {
-            amax = std::fabs(x[i]);
-            max = x[i];
-        }
-    }
+    const float max = signed_absmax(x, n), amax = std::fabs(max);
     if (amax < kGroupMaxEps) {
         std::fill(L, L + n, nearest_iq4_level(0));
         return 0.0f;

@@ -88,16 +88,21 @@ double measure_read_bandwidth_gbps(ThreadPool& pool, const Region& buf, int reps
     return gbps[gbps.size() / 2];
 }
 
-// Bytes of weights one decode step reads: every matrix once, one embedding row.
+// Bytes of weights one decode step reads by the model's shape: every matrix
+// once, one embedding row, and of each layer's experts the n_expert_used a
+// token is routed to (the active parameters).
 uint64_t weights_read_per_token(const Model& model) {
     const auto& w = model.weights();
-    auto bytes = [](const kernels::Weight& m) {
-        return m.row_bytes * static_cast<uint64_t>(m.n_rows);
+    const uint64_t k = model.hparams().n_expert_used;
+    auto bytes = [k](const kernels::Weight& m) {
+        return m.row_bytes * static_cast<uint64_t>(m.n_rows) * (m.n_expert ? k : 1);
     };
     uint64_t n = bytes(w.output) + w.tok_embd.row_bytes;
     for (const auto& l : w.layers)
-        for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-            n += bytes(*m);
+        for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router,
+                              &l.gate_exps, &l.up_exps, &l.down_exps, &l.gate_shexp, &l.up_shexp,
+                              &l.down_shexp})
+            if (*m) n += bytes(*m);
     return n;
 }
 
@@ -160,6 +165,9 @@ void run_bench(const Opts& o) {
     Batch batch;
     batch.reserve(step, 1, 1);
 
+    // Weight bytes the CPU's matmuls read per decode step, as counted by the
+    // backend in the last decode.
+    double counted_step_bytes = 0;
     // One repetition; returns prefill seconds, decode seconds, and the read
     // bandwidth measured just before and just after the decode (0 if not
     // `probe`).
@@ -183,6 +191,7 @@ void run_bench(const Opts& o) {
                        : 0.0;
         };
         const double before = measure();
+        const uint64_t read0 = cpu ? cpu->matmul_bytes_read() : 0;
         const auto t1 = Clock::now();
         for (uint32_t i = 0; i < n_gen; ++i) {
             if (!runner.cache().grow(seq, 1)) fail("internal: KV pool too small");
@@ -192,6 +201,9 @@ void run_bench(const Opts& o) {
             next = argmax(runner.forward(batch), hp.n_vocab);
         }
         const double tg_s = seconds_since(t1);
+        if (cpu && n_gen)
+            counted_step_bytes =
+                static_cast<double>(cpu->matmul_bytes_read() - read0) / static_cast<double>(n_gen);
         const double after = measure();
         runner.cache().free(seq);
         return std::tuple{pp_s, tg_s, before, after};
@@ -240,6 +252,8 @@ void run_bench(const Opts& o) {
             {"n_tokens", o.n_prompt}, {"tokens_per_s", pps.mean}, {"sd", pps.sd}, {"runs", pp}};
         j["tg"] = {{"n_tokens", o.n_gen}, {"tokens_per_s", tgs.mean}, {"sd", tgs.sd}, {"runs", tg}};
         j["bytes_per_decode_step"] = step_bytes;
+        j["weight_bytes_per_decode_step"] = weights_read_per_token(model);
+        if (cpu) j["matmul_bytes_read_per_decode_step"] = counted_step_bytes;
         j["tg_effective_gbps"] = tg_gbps;
         j["bandwidth_gbps"] = bandwidth;
         j["bandwidth_runs"] = bw;
@@ -290,6 +304,12 @@ void run_bench(const Opts& o) {
             fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps, st.n_submits, st.n_waits,
             st.n_dispatches, st.upload_bytes, st.download_bytes);
     }
+    if (o.n_gen && cpu)
+        fmt::print("reads        {} of weights per decode step by the model's shape{}; {} counted\n",
+                   format_bytes(weights_read_per_token(model)),
+                   hp.n_expert ? fmt::format(" ({} of {} experts)", hp.n_expert_used, hp.n_expert)
+                               : std::string(),
+                   format_bytes(static_cast<uint64_t>(counted_step_bytes)));
     if (!moved.empty())
         fmt::print(
             "note         the read bandwidth moved during a decode ({}): such a run's fraction "

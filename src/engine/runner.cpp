@@ -93,9 +93,9 @@ Runner::Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& o
 }
 
 ForwardBuffers Runner::carve(kernels::DevPtr p, const ActivationLayout& a) const {
-    return {p + a.x.offset,    p + a.xb.offset, p + a.q.offset,
-            p + a.k.offset,    p + a.v.offset,  p + a.attn.offset,
-            p + a.gate.offset, p + a.up.offset, p + a.logits.offset};
+    return {p + a.x.offset,      p + a.xb.offset,     p + a.q.offset,     p + a.k.offset,
+            p + a.v.offset,      p + a.attn.offset,   p + a.gate.offset,  p + a.up.offset,
+            p + a.logits.offset, p + a.router.offset, p + a.route.offset, p + a.moe_x.offset};
 }
 
 uint64_t Runner::host_runtime_bytes() const {

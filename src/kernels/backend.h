@@ -31,6 +31,14 @@
 //   silu_mul     gate = silu(gate) × up;  gelu_mul: gate = gelu_tanh(gate) × up
 //   add          x += y
 //   gather_rows  out (n_logit_rows, n_cols) = x[logit_rows[r]]
+// and a mixture-of-experts layer's (kernels/moe.h has the route buffer and
+// the layer's equations; T×k rows are in expert-sorted order):
+//   route_experts   the route buffer from router logits (n_tokens, n_expert)
+//   gather_routed   out (T×k, n_cols) = x[token[i]]
+//   matmul_experts  ys[i] (T×k, rows) = x (T×k, cols) @ ws[i][e]^T, each row by
+//                   its expert e, for 1 or 2 expert tensors of one type
+//   combine_routed  out (T, n_cols) = Σ_j weight[t, j] · y[row[t, j]]
+//   sigmoid_scale   y[r] *= sigmoid(s[r]) for y (n_rows, n_cols), s (n_rows)
 //   copy_block   dst = src, bytes (forking a KV block); outside a step
 #pragma once
 
@@ -39,11 +47,13 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/ledger.h"
 #include "format/tensor-type.h"
 #include "kernels/dev-ptr.h"
 #include "kernels/kernels.h"
 #include "kernels/kv-layout.h"
+#include "kernels/moe.h"
 #include "kernels/step-view.h"
 
 namespace headroom::kernels {
@@ -60,13 +70,15 @@ inline constexpr uint64_t device_weight_slot(uint64_t bytes) {
 inline constexpr uint64_t kVulkanContextBytes = 64 * 1024;
 
 // A tensor a backend holds: (n_rows, n_cols) in `type`. Vectors (norm
-// weights, biases, RoPE factors) are f32 with one row.
+// weights, biases, RoPE factors) are f32 with one row. A layer's experts are
+// one tensor of n_expert such matrices, one after another.
 struct Weight {
     TensorType type = TensorType::F32;
     int64_t n_rows = 0;
     int64_t n_cols = 0;
     uint64_t row_bytes = 0;
-    uint32_t id = 0;  // the backend's handle; 0: absent (an optional tensor)
+    uint32_t id = 0;        // the backend's handle; 0: absent (an optional tensor)
+    uint32_t n_expert = 0;  // 0: one matrix
 
     explicit operator bool() const { return id != 0; }
 };
@@ -78,6 +90,7 @@ struct HostTensor {
     int64_t n_rows = 0;
     int64_t n_cols = 0;
     uint64_t row_bytes = 0;
+    uint32_t n_expert = 0;  // 0: one matrix; else that many, one after another
 };
 
 // What a matrix is read by: matmul, get_rows (the embedding), or both (a
@@ -97,6 +110,15 @@ struct AttentionOp {
     uint32_t head_dim_v = 0;
     float scale = 1.0f;   // applied to q·k
     uint32_t window = 0;  // 0: full attention; else keys p - window + 1 .. p
+};
+
+// A step's expert routing on a device: the route buffer (kernels/moe.h) and
+// its shape.
+struct Routing {
+    DevPtr route;
+    int64_t n_tokens = 0;
+    uint32_t n_expert = 0;
+    uint32_t n_used = 0;
 };
 
 // Scratch a backend's kernels use within a step, carved from the arena by
@@ -225,10 +247,42 @@ class Backend {
     virtual void add(DevPtr x, DevPtr y, int64_t n) = 0;
     virtual void gather_rows(DevPtr x, int64_t n_cols, const StepView& step, DevPtr out) = 0;
 
+    // ---- mixture-of-experts ops ----
+    // A backend without them refuses MoE models at load (Model::load), so
+    // the defaults are never reached.
+    virtual bool runs_experts() const { return false; }
+    virtual void route_experts(DevPtr logits, const Routing& r, ExpertGating gating,
+                               bool normalize) {
+        (void)logits, (void)r, (void)gating, (void)normalize;
+        no_experts();
+    }
+    virtual void gather_routed(DevPtr x, int64_t n_cols, const Routing& r, DevPtr out) {
+        (void)x, (void)n_cols, (void)r, (void)out;
+        no_experts();
+    }
+    virtual void matmul_experts(std::span<const Weight* const> ws, DevPtr x, const Routing& r,
+                                std::span<const DevPtr> ys) {
+        (void)ws, (void)x, (void)r, (void)ys;
+        no_experts();
+    }
+    virtual void combine_routed(DevPtr y, int64_t n_cols, const Routing& r, DevPtr out) {
+        (void)y, (void)n_cols, (void)r, (void)out;
+        no_experts();
+    }
+    virtual void sigmoid_scale(DevPtr y, DevPtr s, int64_t n_rows, int64_t n_cols) {
+        (void)y, (void)s, (void)n_rows, (void)n_cols;
+        no_experts();
+    }
+
   protected:
     Backend(Ledger& host_ledger, bool is_host) : host_ledger_(host_ledger), is_host_(is_host) {}
 
   private:
+    [[noreturn]] static void no_experts() {
+        HR_CHECK_MSG(false, "a mixture-of-experts op on a backend without them");
+        __builtin_unreachable();
+    }
+
     Ledger& host_ledger_;
     bool is_host_;
 };

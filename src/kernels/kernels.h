@@ -78,6 +78,23 @@ struct Acts {
     uint64_t q_row_bytes = 0;
 };
 
+// One expert's share of a grouped matmul (Ops::matmul_experts): rows
+// [row0, row0 + n_tok) of the sorted activations times the expert's matrices.
+struct ExpertGroup {
+    const Matrix* ws[2] = {nullptr, nullptr};  // n_ws of them, one type and width
+    int64_t row0 = 0;
+    int64_t n_tok = 0;
+};
+
+// Rows [row0, row0 + n) of prepared activations.
+inline Acts acts_rows(const Acts& x, int64_t row0, int64_t n) {
+    Acts a = x;
+    if (x.f32) a.f32 = x.f32 + row0 * x.n;
+    if (x.q) a.q = x.q + static_cast<uint64_t>(row0) * x.q_row_bytes;
+    a.n_tokens = n;
+    return a;
+}
+
 enum class RopeMode { Normal, NeoX };
 
 struct RopeArgs {
@@ -124,6 +141,12 @@ struct Ops {
     // layer's Q, K and V; gate and up), as one piece of work for the pool.
     void (*matmul_n)(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
                      const Context& ctx);
+    // For each group g and matrix i < n_ws: rows [g.row0, g.row0 + g.n_tok)
+    // of ys[i] (n_tokens, n_rows) = those rows of x @ g.ws[i]^T, as one piece
+    // of work for the pool. Every group's matrices have one type and shape;
+    // x was prepared for that type. Batch invariant as matmul.
+    void (*matmul_experts)(const ExpertGroup* groups, int n_groups, int n_ws, const Acts& x,
+                           float* const* ys, const Context& ctx);
     // Flash-style attention over KV blocks: online softmax over tiles of keys.
     // Each (token, head) is computed independently of the batch's other tokens.
     void (*attention)(const AttentionArgs& args, const Context& ctx);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/kernels.h"
+#include "kernels/moe.h"
 
 namespace headroom {
 
@@ -45,12 +46,22 @@ ActivationLayout plan_activations(const HParams& hp, uint32_t n_tokens, uint32_t
     take(a.k, T * k_dim * 4);
     take(a.v, T * v_dim * 4);
     take(a.attn, T * attn_dim * 4);
-    take(a.gate, T * hp.n_ff * 4);
-    take(a.up, T * hp.n_ff * 4);
+    const uint64_t routed = T * hp.n_expert_used;  // rows through the experts
+    const uint64_t ff_rows = std::max(T * hp.n_ff, routed * hp.n_ff_exp);
+    take(a.gate, ff_rows * 4);
+    take(a.up, ff_rows * 4);
+    if (hp.n_expert > 0) {
+        take(a.router, T * hp.n_expert * 4);
+        take(a.route, kernels::route_layout(T, hp.n_expert_used, hp.n_expert).bytes);
+        take(a.moe_x, routed * hp.n_embd * 4);
+    }
     // The CPU's: activations quantized for the integer matmuls, in the largest
     // layout any instruction set uses for inputs up to max_in wide
     // (kernels/act-format.h). A GPU's shaders take f32.
-    take(a.acts_q, host_device ? T * kernels::acts_row_bytes(max_in) : 0);
+    const uint64_t acts_q =
+        std::max(T * kernels::acts_row_bytes(max_in),
+                 routed * kernels::acts_row_bytes(std::max(hp.n_embd, hp.n_ff_exp)));
+    take(a.acts_q, host_device ? acts_q : 0);
     take(a.logits, uint64_t{n_logit_rows} * hp.n_vocab * 4);
     // The CPU's, per thread: a packed weight panel, attention tiles and
     // per-query state, or the reference kernels' dequantized rows, whichever

@@ -26,16 +26,21 @@ struct ActivationLayout {
     uint32_t n_threads = 1;
     uint32_t attn_tile = 0;  // keys per attention tile
     // f32 unless noted.
-    ArenaBuffer x;               // (n_tokens, n_embd) residual stream
-    ArenaBuffer xb;              // (n_tokens, n_embd) normed input to a matmul
-    ArenaBuffer q;               // (n_tokens, n_head * head_dim_k)
-    ArenaBuffer k;               // (n_tokens, n_head_kv * head_dim_k)
-    ArenaBuffer v;               // (n_tokens, n_head_kv * head_dim_v)
-    ArenaBuffer attn;            // (n_tokens, n_head * head_dim_v) attention output
-    ArenaBuffer gate;            // (n_tokens, n_ff)
-    ArenaBuffer up;              // (n_tokens, n_ff)
-    ArenaBuffer acts_q;          // (n_tokens, max_in) activations quantized for the matmul kernels
-    ArenaBuffer logits;          // (n_logit_rows, n_vocab)
+    ArenaBuffer x;     // (n_tokens, n_embd) residual stream
+    ArenaBuffer xb;    // (n_tokens, n_embd) normed input to a matmul
+    ArenaBuffer q;     // (n_tokens, n_head * head_dim_k)
+    ArenaBuffer k;     // (n_tokens, n_head_kv * head_dim_k)
+    ArenaBuffer v;     // (n_tokens, n_head_kv * head_dim_v)
+    ArenaBuffer attn;  // (n_tokens, n_head * head_dim_v) attention output
+    ArenaBuffer gate;  // (n_tokens, n_ff), or a MoE's (n_tokens × k, n_ff_exp) if larger
+    ArenaBuffer up;    // as gate
+    // A mixture of experts' (kernels/moe.h; k = n_expert_used), else empty:
+    ArenaBuffer router;  // (n_tokens, n_expert) router logits
+    ArenaBuffer route;   // the route buffer
+    ArenaBuffer moe_x;   // (n_tokens × k, n_embd) routed rows in, then out of the experts
+    ArenaBuffer acts_q;  // (rows, max_in) activations quantized for the matmul kernels, rows
+                         // the most any matmul takes (n_tokens × k with experts)
+    ArenaBuffer logits;  // (n_logit_rows, n_vocab)
     ArenaBuffer thread_scratch;  // n_threads × scratch_per_thread_bytes
     uint64_t scratch_per_thread_bytes = 0;
     uint64_t device_bytes = 0;  // the buffers above

@@ -366,6 +366,11 @@ TermFormulas formulas(const PlanModel& model, const Plan& plan) {
         a.n_tokens, hp.n_ff, format_bytes(a.total_bytes - logits - tiles), a.n_logit_rows,
         format_count(hp.n_vocab), format_bytes(logits), n_of(a.n_threads, "thread", "threads"),
         format_bytes(tiles));
+    if (hp.n_expert > 0)
+        f.activations += fmt::format(
+            "; of the buffers, routing to {} of {} experts and the {} routed rows {}",
+            hp.n_expert_used, hp.n_expert, format_count(uint64_t{a.n_tokens} * hp.n_expert_used),
+            format_bytes(a.router.size_bytes + a.route.size_bytes + a.moe_x.size_bytes));
     if (mp.split())
         f.activations += fmt::format("; the CPU layers' own buffers and attention tiles of {} {}",
                                      n_of(mp.host_activations.n_threads, "thread", "threads"),

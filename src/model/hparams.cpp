@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "format/gguf-reader.h"
+#include "kernels/moe.h"
 
 namespace headroom {
 
@@ -19,7 +20,8 @@ uint32_t HParams::n_swa_layers() const {
 }
 
 bool is_supported_arch(const std::string& arch) {
-    return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3";
+    return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3" ||
+           arch == "qwen2moe" || arch == "qwen3moe";
 }
 
 namespace {
@@ -56,6 +58,30 @@ int64_t last_layer_in_tensors(const gguf::GgufFile& f) {
     return last;
 }
 
+// Experts: counts, widths, and whether the router renormalizes the chosen
+// weights (llama.cpp's choice per architecture: Mixtral and Qwen3-MoE do,
+// Qwen2-MoE does not; a file's expert_weights_norm overrides).
+// Only the architectures headroom runs are checked and given n_ff as the
+// widest feed-forward (every layer of theirs is a MoE layer).
+template <class Opt>
+void read_experts(const gguf::GgufFile& f, const std::string& a, HParams& hp, const Opt& opt) {
+    hp.n_expert = opt(a + "expert_count", 0);
+    hp.n_expert_used = opt(a + "expert_used_count", 0);
+    if (hp.n_expert == 0 || !is_supported_arch(hp.arch)) return;
+    if (hp.n_expert > kernels::kMaxExperts || hp.n_expert_used == 0 ||
+        hp.n_expert_used > std::min(hp.n_expert, kernels::kMaxExpertsUsed))
+        fail(
+            "{}: expert_count {} and expert_used_count {}: expected 1 to {} experts, of which 1 "
+            "to {} are used",
+            f.path(), hp.n_expert, hp.n_expert_used, kernels::kMaxExperts,
+            std::min(hp.n_expert, kernels::kMaxExpertsUsed));
+    hp.n_ff_exp = opt(a + "expert_feed_forward_length", hp.n_ff);
+    hp.n_ff_shexp = opt(a + "expert_shared_feed_forward_length", 0);
+    hp.n_ff = std::max(hp.n_ff_exp, hp.n_ff_shexp);
+    hp.expert_weights_norm = hp.arch != "qwen2moe";
+    if (auto v = f.get_bool(a + "expert_weights_norm")) hp.expert_weights_norm = *v;
+}
+
 }  // namespace
 
 HParams read_hparams(const gguf::GgufFile& f, bool for_inference) {
@@ -68,8 +94,10 @@ HParams read_hparams(const gguf::GgufFile& f, bool for_inference) {
         fail("{}: general.architecture is '{}', expected a name such as llama", f.path(),
              clipped(hp.arch));
     if (for_inference && !is_supported_arch(hp.arch))
-        fail("{}: architecture '{}' is not supported, expected one of llama, qwen2, qwen3, gemma3",
-             f.path(), clipped(hp.arch));
+        fail(
+            "{}: architecture '{}' is not supported, expected one of llama, qwen2, qwen3, "
+            "gemma3, qwen2moe, qwen3moe",
+            f.path(), clipped(hp.arch));
     const std::string a = hp.arch + ".";
     auto req = [&](const std::string& key) { return to_u32(f, key, f.require_uint(key)); };
     auto opt = [&](const std::string& key, uint32_t dflt) {
@@ -126,8 +154,7 @@ HParams read_hparams(const gguf::GgufFile& f, bool for_inference) {
     } else if (f.has(a + "rope.scale_linear")) {
         hp.rope_scale = inverse_factor(a + "rope.scale_linear");
     }
-    hp.n_expert = opt(a + "expert_count", 0);
-    hp.n_expert_used = opt(a + "expert_used_count", 0);
+    read_experts(f, a, hp, opt);
     hp.kv_lora_rank = opt(a + "attention.kv_lora_rank", 0);
     hp.qk_rope_head_dim = opt(a + "rope.dimension_count", 0);
 
@@ -140,7 +167,7 @@ HParams read_hparams(const gguf::GgufFile& f, bool for_inference) {
 
     hp.tied_embeddings = f.find_tensor("output.weight") == nullptr;
     hp.rope_style = hp.arch == "llama" ? RopeStyle::Normal : RopeStyle::NeoX;
-    hp.qk_norm = hp.arch == "qwen3" || hp.arch == "gemma3";
+    hp.qk_norm = hp.arch == "qwen3" || hp.arch == "qwen3moe" || hp.arch == "gemma3";
 
     hp.layer_is_swa.assign(hp.n_layer, false);
     if (hp.arch == "gemma3") {

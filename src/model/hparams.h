@@ -42,9 +42,17 @@ struct HParams {
     // use it. Layers not marked attend over the whole context.
     uint32_t sliding_window = 0;
     std::vector<bool> layer_is_swa;
-    // Mixture of experts and multi-head latent attention (planner only).
+    // Mixture of experts: each layer's feed-forward is n_expert experts of
+    // width n_ff_exp, of which a router picks n_expert_used per token
+    // (kernels/moe.h), plus a shared expert of width n_ff_shexp behind a
+    // sigmoid gate (Qwen2-MoE). For a MoE model n_ff is the widest
+    // feed-forward a step computes, max(n_ff_exp, n_ff_shexp).
     uint32_t n_expert = 0;
     uint32_t n_expert_used = 0;
+    uint32_t n_ff_exp = 0;
+    uint32_t n_ff_shexp = 0;
+    bool expert_weights_norm = false;  // the chosen experts' weights are renormalized to sum 1
+    // Multi-head latent attention (planner only).
     uint32_t kv_lora_rank = 0;
     uint32_t qk_rope_head_dim = 0;
 
@@ -56,7 +64,8 @@ struct HParams {
 // past this is a damaged file, refused before per-layer tables are sized.
 inline constexpr uint32_t kMaxLayers = 4096;
 
-// Architectures headroom can run (llama, qwen2, qwen3, gemma3).
+// Architectures headroom can run (llama with or without experts, qwen2,
+// qwen3, gemma3, qwen2moe, qwen3moe).
 bool is_supported_arch(const std::string& arch);
 
 // Reads and validates hyperparameters. Throws headroom::Error naming the

@@ -1,9 +1,12 @@
 // The llama family: Llama 2/3, TinyLlama, SmolLM2, Mistral (llama), Qwen2
-// (NeoX RoPE, q/k/v biases) and Qwen3 (NeoX RoPE, per-head q/k RMSNorm).
+// (NeoX RoPE, q/k/v biases) and Qwen3 (NeoX RoPE, per-head q/k RMSNorm), and
+// their mixtures of experts: Mixtral (llama with experts), Qwen2-MoE (with a
+// gated shared expert) and Qwen3-MoE.
 //
 // Per layer, for tokens x (T, n_embd):
 //   h = x + Wo · attention(rope(Wq · norm(x)), rope(Wk · norm(x)), Wv · norm(x))
 //   x = h + Wdown · (silu(Wgate · norm(h)) ⊙ Wup · norm(h))
+// or, with experts, x = h + moe(norm(h)) (kernels/moe.h).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -42,15 +45,20 @@ class LlamaModel final : public Model {
             l.wk = matrix(p + "attn_k.weight", h.n_embd, k_dim);
             l.wv = matrix(p + "attn_v.weight", h.n_embd, v_dim);
             l.wo = matrix(p + "attn_output.weight", attn_dim, h.n_embd);
-            l.bq = vector(p + "attn_q.bias", q_dim, h.arch == "qwen2");
-            l.bk = vector(p + "attn_k.bias", k_dim, h.arch == "qwen2");
-            l.bv = vector(p + "attn_v.bias", v_dim, h.arch == "qwen2");
-            l.q_norm = vector(p + "attn_q_norm.weight", h.head_dim_k, h.arch == "qwen3");
-            l.k_norm = vector(p + "attn_k_norm.weight", h.head_dim_k, h.arch == "qwen3");
+            const bool biases = h.arch == "qwen2" || h.arch == "qwen2moe";
+            l.bq = vector(p + "attn_q.bias", q_dim, biases);
+            l.bk = vector(p + "attn_k.bias", k_dim, biases);
+            l.bv = vector(p + "attn_v.bias", v_dim, biases);
+            l.q_norm = vector(p + "attn_q_norm.weight", h.head_dim_k, h.qk_norm);
+            l.k_norm = vector(p + "attn_k_norm.weight", h.head_dim_k, h.qk_norm);
             l.ffn_norm = vector(p + "ffn_norm.weight", h.n_embd);
-            l.w_gate = matrix(p + "ffn_gate.weight", h.n_embd, h.n_ff);
-            l.w_up = matrix(p + "ffn_up.weight", h.n_embd, h.n_ff);
-            l.w_down = matrix(p + "ffn_down.weight", h.n_ff, h.n_embd);
+            if (h.n_expert > 0) {
+                load_experts(p, l);
+            } else {
+                l.w_gate = matrix(p + "ffn_gate.weight", h.n_embd, h.n_ff);
+                l.w_up = matrix(p + "ffn_up.weight", h.n_embd, h.n_ff);
+                l.w_down = matrix(p + "ffn_down.weight", h.n_ff, h.n_embd);
+            }
             l.rope_freqs = on_layer_device(w_.rope_freqs, il);
             w_.layers.push_back(l);
         }
@@ -97,6 +105,10 @@ class LlamaModel final : public Model {
             be.add(buf.x, buf.xb, T * h.n_embd);
 
             be.rmsnorm(buf.x, l.ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb);
+            if (l.router) {
+                moe_ffn(l, step, buf, be);
+                continue;
+            }
             project(be, buf.xb, T, {&l.w_gate, &l.w_up}, {buf.gate, buf.up});
             be.silu_mul(buf.gate, buf.up, T * h.n_ff);
             project(be, buf.gate, T, {&l.w_down}, {buf.xb});

@@ -21,6 +21,13 @@ std::unique_ptr<Model> Model::load(const gguf::GgufFile& file, kernels::Backend&
             "{} layers on the CPU leaves none of the model's {} layers on the GPU: run it on the "
             "CPU (--device cpu)",
             n_cpu_layers, hp.n_layer);
+    if (hp.n_expert > 0 && (!backend.runs_experts() || n_cpu_layers > 0))
+        fail(
+            "{}: a mixture-of-experts model ({} experts), and the {} backend has no "
+            "mixture-of-experts kernels yet: run it on the CPU (--device cpu)",
+            file.path(), hp.n_expert, n_cpu_layers > 0 ? "GPU" : backend.name());
+    if (hp.n_expert == 0 && hp.arch.ends_with("moe"))
+        fail("{}: a {} model without {}.expert_count", file.path(), hp.arch, hp.arch);
     backend.begin_weights(file.data_section(), file.is_mapped());
     if (n_cpu_layers) cpu->begin_weights(file.data_section(), file.is_mapped());
     std::unique_ptr<Model> m =
@@ -82,6 +89,70 @@ Weight Model::matrix(const std::string& name, int64_t n_cols, int64_t n_rows,
     if (!at.on_gpu) return cpu_->upload_matrix(host, use);
     if (at.on_cpu) backend_.keep_host_pages(host.data);
     return backend_.upload_matrix(host, use);
+}
+
+Weight Model::experts(const std::string& name, int64_t n_cols, int64_t n_rows) {
+    const gguf::TensorInfo* t = file_.find_tensor(name);
+    const int64_t n = hp_.n_expert;
+    if (!t)
+        fail("{}: tensor '{}' is missing, expected {} experts of {} × {} for {}", file_.path(),
+             name, n, n_cols, n_rows, hp_.arch);
+    if (t->n_dims != 3 || t->ne[0] != n_cols || t->ne[1] != n_rows || t->ne[2] != n)
+        fail("{}: tensor '{}' has shape [{}], expected [{}, {}, {}]", file_.path(), name,
+             fmt::join(t->shape(), ", "), n_cols, n_rows, n);
+    if (!can_dequantize(t->type))
+        fail("{}: tensor '{}' is {}, which headroom cannot compute with", file_.path(), name,
+             headroom::name(t->type));
+    kernels::HostTensor host{t->data, t->type, n_rows, n_cols,
+                             row_bytes(t->type, static_cast<uint64_t>(n_cols))};
+    host.n_expert = static_cast<uint32_t>(n);
+    return backend_.upload_matrix(host, kernels::WeightUse::Matmul);
+}
+
+void Model::load_experts(const std::string& p, LayerWeights& l) {
+    const auto& h = hp_;
+    if (h.n_ff_exp == 0) fail("{}: {}.expert_feed_forward_length is missing", file_.path(), h.arch);
+    l.router = matrix(p + "ffn_gate_inp.weight", h.n_embd, h.n_expert);
+    l.gate_exps = experts(p + "ffn_gate_exps.weight", h.n_embd, h.n_ff_exp);
+    l.up_exps = experts(p + "ffn_up_exps.weight", h.n_embd, h.n_ff_exp);
+    l.down_exps = experts(p + "ffn_down_exps.weight", h.n_ff_exp, h.n_embd);
+    if (l.gate_exps.type != l.up_exps.type)
+        fail("{}: {}ffn_gate_exps is {} but ffn_up_exps is {}: headroom needs one type",
+             file_.path(), p, headroom::name(l.gate_exps.type), headroom::name(l.up_exps.type));
+    if (h.n_ff_shexp == 0) return;
+    l.gate_shexp = matrix(p + "ffn_gate_shexp.weight", h.n_embd, h.n_ff_shexp);
+    l.up_shexp = matrix(p + "ffn_up_shexp.weight", h.n_embd, h.n_ff_shexp);
+    l.down_shexp = matrix(p + "ffn_down_shexp.weight", h.n_ff_shexp, h.n_embd);
+    l.shexp_gate = vector(p + "ffn_gate_inp_shexp.weight", h.n_embd, false);
+}
+
+// Shared expert first (its input xb is still whole), into xb once the
+// routed rows are gathered; then the routed experts, combined into xb.
+void Model::moe_ffn(const LayerWeights& l, const kernels::StepView& step, const ForwardBuffers& buf,
+                    kernels::Backend& be) const {
+    const auto& h = hp_;
+    const int64_t T = step.n_tokens;
+    const kernels::Routing r{buf.route, T, h.n_expert, h.n_expert_used};
+    project(be, buf.xb, T, {&l.router}, {buf.router});
+    be.route_experts(buf.router, r, kernels::ExpertGating::Softmax, h.expert_weights_norm);
+    be.gather_routed(buf.xb, h.n_embd, r, buf.moe_x);
+    if (l.gate_shexp) {
+        project(be, buf.xb, T, {&l.gate_shexp, &l.up_shexp}, {buf.gate, buf.up});
+        if (l.shexp_gate) project(be, buf.xb, T, {&l.shexp_gate}, {buf.router});
+        be.silu_mul(buf.gate, buf.up, T * h.n_ff_shexp);
+        project(be, buf.gate, T, {&l.down_shexp}, {buf.xb});
+        if (l.shexp_gate) be.sigmoid_scale(buf.xb, buf.router, T, h.n_embd);
+        be.add(buf.x, buf.xb, T * h.n_embd);
+    }
+    const Weight* gate_up[] = {&l.gate_exps, &l.up_exps};
+    const kernels::DevPtr gate_up_out[] = {buf.gate, buf.up};
+    be.matmul_experts(gate_up, buf.moe_x, r, gate_up_out);
+    be.silu_mul(buf.gate, buf.up, T * h.n_expert_used * h.n_ff_exp);
+    const Weight* down[] = {&l.down_exps};
+    const kernels::DevPtr down_out[] = {buf.moe_x};
+    be.matmul_experts(down, buf.gate, r, down_out);
+    be.combine_routed(buf.moe_x, h.n_embd, r, buf.xb);
+    be.add(buf.x, buf.xb, T * h.n_embd);
 }
 
 Weight Model::upload_vector(const std::string& name, const float* values, int64_t n,

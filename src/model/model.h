@@ -36,6 +36,11 @@ struct LayerWeights {
     Weight q_norm, k_norm;                 // (head_dim_k) qwen3, gemma3
     Weight post_attn_norm, post_ffn_norm;  // (n_embd) gemma3
     Weight rope_freqs;                     // the model's, on this layer's device, or absent
+    // A mixture-of-experts layer (kernels/moe.h) instead of w_gate, w_up, w_down:
+    Weight router;                            // (n_expert, n_embd)
+    Weight gate_exps, up_exps, down_exps;     // n_expert × (n_ff_exp, n_embd), (n_embd, n_ff_exp)
+    Weight gate_shexp, up_shexp, down_shexp;  // the shared expert (Qwen2-MoE), or absent
+    Weight shexp_gate;                        // (n_embd): its sigmoid gate's weights
 };
 
 struct ModelWeights {
@@ -49,6 +54,7 @@ struct ModelWeights {
 // The activation arena's buffers (shapes in memory/activation-layout.h).
 struct ForwardBuffers {
     kernels::DevPtr x, xb, q, k, v, attn, gate, up, logits;
+    kernels::DevPtr router, route, moe_x;  // a MoE model's
 };
 
 // What one call of forward() runs: the embedding (or x as it is), layers
@@ -99,6 +105,8 @@ class Model {
     Weight matrix(const std::string& name, int64_t n_cols, int64_t n_rows,
                   kernels::WeightUse use = kernels::WeightUse::Matmul);
     Weight vector(const std::string& name, int64_t n, bool required = true);
+    // A layer's experts: a tensor of hp_.n_expert (n_rows, n_cols) matrices.
+    Weight experts(const std::string& name, int64_t n_cols, int64_t n_rows);
     // Uploads a vector to the backend(s) model/placement.h puts it on.
     Weight upload_vector(const std::string& name, const float* values, int64_t n,
                          uint64_t stored_bytes);
@@ -117,6 +125,14 @@ class Model {
     // Attention of the buffers' q into attn; the caller sets the layer (and
     // the window of a sliding-window layer).
     kernels::AttentionOp attention_op(const ForwardBuffers& buf) const;
+    // Loads layer weights l's experts (and shared expert, if the file has
+    // one) for prefix p ("blk.N.").
+    void load_experts(const std::string& p, LayerWeights& l);
+    // x += the MoE feed-forward of xb, the normed x (kernels/moe.h), with
+    // the shared expert's gated output if the layer has one. Leaves xb
+    // undefined.
+    void moe_ffn(const LayerWeights& l, const kernels::StepView& step, const ForwardBuffers& buf,
+                 kernels::Backend& be) const;
     // Gathers the rows that need logits, normalizes them, and projects them
     // onto the vocabulary.
     void output_logits(const kernels::StepView& step, const ForwardBuffers& buf,

@@ -19,9 +19,10 @@
 namespace headroom {
 
 const std::vector<SynthShape>& synth_shapes() {
-    // Published configs: TinyLlama-1.1B, Llama-2-7b, Meta-Llama-3-8B, SmolLM2-135M;
-    // the "tiny" shapes are for tests (tiny-256: every width a multiple of 256,
-    // so the K types and IQ4_XS hold every matrix).
+    // Published configs: TinyLlama-1.1B, Llama-2-7b, Meta-Llama-3-8B, SmolLM2-135M,
+    // Qwen3-30B-A3B, Qwen1.5-MoE-A2.7B; the "tiny" shapes are for tests
+    // (tiny-256: every width a multiple of 256, so the K types and IQ4_XS
+    // hold every matrix).
     static const std::vector<SynthShape> kShapes = {
         {"tiny", "llama", 512, 256, 64, 2, 4, 2, 160, 10000.0f, false},
         {"tiny-tied", "llama", 512, 256, 64, 2, 4, 1, 160, 10000.0f, true},
@@ -33,6 +34,19 @@ const std::vector<SynthShape>& synth_shapes() {
         {"tinyllama-1.1b", "llama", 32000, 2048, 2048, 22, 32, 4, 5632, 10000.0f, false},
         {"llama-2-7b", "llama", 32000, 4096, 4096, 32, 32, 32, 11008, 10000.0f, false},
         {"llama-3-8b", "llama", 128256, 8192, 4096, 32, 32, 8, 14336, 500000.0f, false},
+        // Mixtures of experts: 8 experts, 2 (3) per token, so a 37-token
+        // prompt sends tokens to every expert and leaves some with few.
+        {"tiny-mixtral", "llama", 512, 256, 64, 2, 4, 2, 96, 10000.0f, false, 0, 0, 0, 8, 2},
+        {"tiny-qwen3moe", "qwen3moe", 512, 256, 64, 2, 4, 2, 160, 1000000.0f, false, 0, 0, 32, 8, 3,
+         64},
+        {"tiny-qwen2moe", "qwen2moe", 512, 256, 64, 2, 4, 2, 160, 1000000.0f, false, 0, 0, 0, 8, 2,
+         64, 96},
+        {"tiny-qwen3moe-256", "qwen3moe", 512, 256, 256, 2, 4, 2, 512, 1000000.0f, false, 0, 0, 0,
+         8, 2, 256},
+        {"qwen3-30b-a3b", "qwen3moe", 151936, 40960, 2048, 48, 32, 4, 6144, 1000000.0f, false, 0, 0,
+         128, 128, 8, 768},
+        {"qwen1.5-moe-a2.7b", "qwen2moe", 151936, 8192, 2048, 24, 16, 16, 5632, 1000000.0f, false,
+         0, 0, 0, 60, 4, 1408, 5632},
     };
     return kShapes;
 }
@@ -146,7 +160,18 @@ gguf::GgufWriter make_synth_model(const SynthShape& s, const SynthOptions& opt) 
     w.set_u32(a + ".attention.head_count_kv", s.n_head_kv);
     w.set_f32(a + ".rope.freq_base", s.rope_base);
     w.set_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
-    w.set_u32(a + ".rope.dimension_count", s.n_embd / s.n_head);
+    const int64_t hd = s.head_size();
+    w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(hd));
+    if (s.head_dim) {
+        w.set_u32(a + ".attention.key_length", s.head_dim);
+        w.set_u32(a + ".attention.value_length", s.head_dim);
+    }
+    if (s.n_expert) {
+        w.set_u32(a + ".expert_count", s.n_expert);
+        w.set_u32(a + ".expert_used_count", s.n_expert_used);
+        if (s.n_ff_exp) w.set_u32(a + ".expert_feed_forward_length", s.n_ff_exp);
+        if (s.n_ff_shexp) w.set_u32(a + ".expert_shared_feed_forward_length", s.n_ff_shexp);
+    }
     if (s.sliding_window) {
         w.set_u32(a + ".attention.sliding_window", s.sliding_window);
         w.set_u32(a + ".attention.sliding_window_pattern", s.swa_pattern);
@@ -169,12 +194,17 @@ gguf::GgufWriter make_synth_model(const SynthShape& s, const SynthOptions& opt) 
 
     auto pool = std::make_shared<ThreadPool>(opt.n_threads);
     uint64_t tensor_index = 0;
-    auto add = [&](const std::string& name, std::vector<int64_t> shape, bool is_norm) {
-        const TensorType type =
-            is_norm ? TensorType::F32 : fit_type_to_row(opt.type, static_cast<uint64_t>(shape[0]));
+    // is_norm: an f32 vector around 1; f32: random weights kept in f32 (a
+    // router, as llama.cpp's quantize keeps it).
+    auto add = [&](const std::string& name, std::vector<int64_t> shape, bool is_norm,
+                   bool f32 = false) {
+        const TensorType type = is_norm || f32
+                                    ? TensorType::F32
+                                    : fit_type_to_row(opt.type, static_cast<uint64_t>(shape[0]));
         const uint64_t seed = opt.seed * 1000003ull + tensor_index++;
         const int64_t n_cols = shape[0];
-        const int64_t n_rows = shape.size() > 1 ? shape[1] : 1;
+        int64_t n_rows = 1;
+        for (size_t d = 1; d < shape.size(); ++d) n_rows *= shape[d];
         const float amplitude = is_norm ? 0.0f : std::sqrt(3.0f / static_cast<float>(n_cols));
         w.add_tensor(name, type, shape, [=](uint8_t* dst) {
             const uint64_t bytes_per_row = row_bytes(type, static_cast<uint64_t>(n_cols));
@@ -197,7 +227,6 @@ gguf::GgufWriter make_synth_model(const SynthShape& s, const SynthOptions& opt) 
             }
         });
     };
-    const int64_t hd = s.n_embd / s.n_head;
     add("token_embd.weight", {s.n_embd, s.n_vocab}, false);
     for (uint32_t il = 0; il < s.n_layer; ++il) {
         const std::string p = fmt::format("blk.{}.", il);
@@ -205,12 +234,12 @@ gguf::GgufWriter make_synth_model(const SynthShape& s, const SynthOptions& opt) 
         add(p + "attn_q.weight", {s.n_embd, s.n_head * hd}, false);
         add(p + "attn_k.weight", {s.n_embd, s.n_head_kv * hd}, false);
         add(p + "attn_v.weight", {s.n_embd, s.n_head_kv * hd}, false);
-        if (s.arch == "qwen2") {
+        if (s.arch == "qwen2" || s.arch == "qwen2moe") {
             add(p + "attn_q.bias", {s.n_head * hd}, true);
             add(p + "attn_k.bias", {s.n_head_kv * hd}, true);
             add(p + "attn_v.bias", {s.n_head_kv * hd}, true);
         }
-        if (s.arch == "gemma3" || s.arch == "qwen3") {
+        if (s.arch == "gemma3" || s.arch == "qwen3" || s.arch == "qwen3moe") {
             add(p + "attn_q_norm.weight", {hd}, true);
             add(p + "attn_k_norm.weight", {hd}, true);
         }
@@ -220,6 +249,20 @@ gguf::GgufWriter make_synth_model(const SynthShape& s, const SynthOptions& opt) 
         }
         add(p + "attn_output.weight", {s.n_head * hd, s.n_embd}, false);
         add(p + "ffn_norm.weight", {s.n_embd}, true);
+        if (s.n_expert) {
+            const int64_t F = s.n_ff_exp ? s.n_ff_exp : s.n_ff, X = s.n_expert;
+            add(p + "ffn_gate_inp.weight", {s.n_embd, X}, false, true);
+            add(p + "ffn_gate_exps.weight", {s.n_embd, F, X}, false);
+            add(p + "ffn_up_exps.weight", {s.n_embd, F, X}, false);
+            add(p + "ffn_down_exps.weight", {F, s.n_embd, X}, false);
+            if (s.n_ff_shexp) {
+                add(p + "ffn_gate_inp_shexp.weight", {s.n_embd}, false, true);
+                add(p + "ffn_gate_shexp.weight", {s.n_embd, s.n_ff_shexp}, false);
+                add(p + "ffn_up_shexp.weight", {s.n_embd, s.n_ff_shexp}, false);
+                add(p + "ffn_down_shexp.weight", {s.n_ff_shexp, s.n_embd}, false);
+            }
+            continue;
+        }
         add(p + "ffn_gate.weight", {s.n_embd, s.n_ff}, false);
         add(p + "ffn_up.weight", {s.n_embd, s.n_ff}, false);
         add(p + "ffn_down.weight", {s.n_ff, s.n_embd}, false);

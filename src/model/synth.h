@@ -1,4 +1,5 @@
-// Synthetic models: a llama-architecture GGUF of a named shape with random
+// Synthetic models: a GGUF of a named shape (llama, qwen2, qwen3, gemma3,
+// and the mixtures of experts llama (Mixtral), qwen2moe, qwen3moe) with random
 // weights and a working SentencePiece-style tokenizer (byte fallback, so any
 // text tokenizes). Used by benchmarks (speed does not depend on the weights'
 // values) and by tests (tiny shapes checked against an independent forward).
@@ -19,7 +20,7 @@ class GgufWriter;
 
 struct SynthShape {
     std::string_view name;
-    std::string_view arch;  // "llama", "qwen2" or "gemma3"
+    std::string_view arch;  // general.architecture
     uint32_t n_vocab, n_ctx, n_embd, n_layer, n_head, n_head_kv, n_ff;
     float rope_base;
     bool tied_embeddings;
@@ -27,6 +28,16 @@ struct SynthShape {
     // `swa_pattern`-th layer is global.
     uint32_t sliding_window = 0;
     uint32_t swa_pattern = 0;
+    uint32_t head_dim = 0;  // 0: n_embd / n_head
+    // Experts (0: a dense model): n_expert of width n_ff_exp, n_expert_used
+    // per token, and a shared expert of width n_ff_shexp (qwen2moe). A llama
+    // with experts (Mixtral) has experts of width n_ff.
+    uint32_t n_expert = 0;
+    uint32_t n_expert_used = 0;
+    uint32_t n_ff_exp = 0;
+    uint32_t n_ff_shexp = 0;
+
+    uint32_t head_size() const { return head_dim ? head_dim : n_embd / n_head; }
 };
 
 const std::vector<SynthShape>& synth_shapes();

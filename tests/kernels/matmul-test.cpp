@@ -313,6 +313,76 @@ TEST(Matmul, SeveralMatricesInOneCallEachMatchTheirSpec) {
     }
 }
 
+// A MoE projection: experts' gate and up over their runs of sorted rows
+// (1 token: the direct path; 13 and 30: batches through a panel; an expert
+// with none), in one call. Each row equals the spec of its expert's matrix
+// for that row alone, bit for bit.
+TEST(Matmul, ExpertGroupsEachMatchTheirSpec) {
+    HR_REQUIRE_FAST_BACKEND();
+    const int64_t n_tok[] = {1, 13, 0, 2, 30};
+    const int n_exp = 5;
+    int64_t row0[n_exp + 1] = {0};
+    for (int e = 0; e < n_exp; ++e) row0[e + 1] = row0[e] + n_tok[e];
+    const int64_t n_rows_x = row0[n_exp], n_out = 40;
+    for (const TensorType type : {TensorType::Q4_0, TensorType::Q4_K, TensorType::MXFP4}) {
+        for (const ActPrecision quant : {ActPrecision::Int8, ActPrecision::Int16}) {
+            const int64_t n_in = is_k_type(type) ? 512 : 320;
+            std::vector<Weights> gate, up;
+            for (int e = 0; e < n_exp; ++e) {
+                gate.push_back(random_weights(type, n_out, n_in, 70 + e));
+                up.push_back(random_weights(type, n_out, n_in, 80 + e));
+            }
+            const auto x = random_acts(n_rows_x, n_in, 90);
+            // The spec: each expert's rows alone, through its matrices.
+            std::vector<float> spec_g(static_cast<size_t>(n_rows_x * n_out));
+            std::vector<float> spec_u(spec_g.size());
+            for (int e = 0; e < n_exp; ++e) {
+                if (n_tok[e] == 0) continue;
+                ref::matmul_int(gate[e].m, x.data() + row0[e] * n_in, n_tok[e], quant,
+                                spec_g.data() + row0[e] * n_out);
+                ref::matmul_int(up[e].m, x.data() + row0[e] * n_in, n_tok[e], quant,
+                                spec_u.data() + row0[e] * n_out);
+            }
+            TestContext tc(3, static_cast<uint64_t>(n_in), n_rows_x);
+            tc.ctx().act_precision = quant;
+            std::vector<std::vector<uint8_t>> stores(2 * n_exp);
+            for (const Ops* ops : fast_backends()) {
+                for (const bool packed : {false, true}) {
+                    SCOPED_TRACE(std::string(name(type)) + " " + std::string(name(quant)) + " " +
+                                 ops->name + (packed ? " repacked" : " as stored"));
+                    std::vector<Matrix> m(2 * n_exp);
+                    std::vector<ExpertGroup> groups;
+                    for (int e = 0; e < n_exp; ++e) {
+                        m[2 * e] =
+                            packed ? repacked(*ops, gate[e].m, stores[2 * e], tc.ctx()) : gate[e].m;
+                        m[2 * e + 1] =
+                            packed ? repacked(*ops, up[e].m, stores[2 * e + 1], tc.ctx()) : up[e].m;
+                        if (n_tok[e] == 0) continue;
+                        ExpertGroup g;
+                        g.ws[0] = &m[2 * e];
+                        g.ws[1] = &m[2 * e + 1];
+                        g.row0 = row0[e];
+                        g.n_tok = n_tok[e];
+                        groups.push_back(g);
+                    }
+                    std::vector<float> yg(spec_g.size(), -1.0f), yu(spec_u.size(), -1.0f);
+                    float* ys[2] = {yg.data(), yu.data()};
+                    const Acts a = ops->prepare(x.data(), n_rows_x, n_in, type, tc.ctx());
+                    ASSERT_TRUE(a.quantized);
+                    ops->matmul_experts(groups.data(), static_cast<int>(groups.size()), 2, a, ys,
+                                        tc.ctx());
+                    for (size_t i = 0; i < spec_g.size(); ++i) {
+                        ASSERT_TRUE(same_bits(yg[i], spec_g[i]))
+                            << "gate row " << i / n_out << " col " << i % n_out;
+                        ASSERT_TRUE(same_bits(yu[i], spec_u[i]))
+                            << "up row " << i / n_out << " col " << i % n_out;
+                    }
+                }
+            }
+        }
+    }
+}
+
 // Blocks of activations from 1e-12 to 1e4 in magnitude: the f16 scales
 // (and Q4_1's f16 block sums) of the small ones are subnormal or zero, of the
 // large ones near the f16 range's top. The fast quantizers round them as the

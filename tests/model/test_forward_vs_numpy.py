@@ -6,7 +6,11 @@ and one KV head (MQA), qwen2 (NeoX RoPE, q/k/v biases) and gemma3 (an
 8-token sliding window on 2 of 3 layers, so the 37-token prompt crosses it;
 q/k norms, post norms, GELU), each with f32 and quantized weights
 (dequantized by the gguf package), and a llama whose widths are multiples of
-256 in every K type and IQ4_XS."""
+256 in every K type and IQ4_XS; and the mixtures of experts: a llama with
+8 experts, 2 per token (Mixtral), qwen3moe (3 of 8, q/k norms, a head size
+that is not n_embd / n_head) and qwen2moe (a shared expert behind a sigmoid
+gate, weights not renormalized), routed here by their definitions: softmax
+over the router's logits, the k largest, renormalized except for qwen2moe."""
 import os
 import subprocess
 import sys
@@ -53,6 +57,34 @@ def gelu_tanh(g):
     return 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
 
 
+def silu(g):
+    return g / (1 + np.exp(-g))
+
+
+def moe(meta, W, p, h):
+    """A mixture-of-experts feed-forward of normed rows h (T, n_embd)."""
+    arch = meta["general.architecture"]
+    k = meta[f"{arch}.expert_used_count"]
+    logits = h @ W[p + "ffn_gate_inp.weight"].T  # (T, n_expert)
+    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    gate, up, down = W[p + "ffn_gate_exps.weight"], W[p + "ffn_up_exps.weight"], W[p + "ffn_down_exps.weight"]
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        chosen = np.argsort(-probs[t], kind="stable")[:k]
+        w = probs[t, chosen]
+        if arch != "qwen2moe":
+            w = w / w.sum()
+        for e, we in zip(chosen, w):
+            out[t] += we * ((silu(gate[e] @ h[t]) * (up[e] @ h[t])) @ down[e].T)
+    if p + "ffn_gate_shexp.weight" in W:
+        s = silu(h @ W[p + "ffn_gate_shexp.weight"].T) * (h @ W[p + "ffn_up_shexp.weight"].T)
+        s = s @ W[p + "ffn_down_shexp.weight"].T
+        g = h @ W[p + "ffn_gate_inp_shexp.weight"]
+        out += s / (1 + np.exp(-g))[:, None]
+    return out
+
+
 def forward(meta, W, tokens):
     arch = meta["general.architecture"]
     if arch == "gemma3":
@@ -65,7 +97,7 @@ def forward(meta, W, tokens):
     neox = arch != "llama"
     T = len(tokens)
     x = W["token_embd.weight"][tokens]  # (T, n_embd)
-    d = x.shape[1] // n_head
+    d = meta.get(f"{arch}.attention.key_length", x.shape[1] // n_head)
     pos = np.arange(T, dtype=np.float64)
     causal = np.triu(np.full((T, T), -np.inf), 1)
     for il in range(n_layer):
@@ -74,8 +106,10 @@ def forward(meta, W, tokens):
         q, k, v = h @ W[p + "attn_q.weight"].T, h @ W[p + "attn_k.weight"].T, h @ W[p + "attn_v.weight"].T
         if p + "attn_q.bias" in W:
             q, k, v = q + W[p + "attn_q.bias"], k + W[p + "attn_k.bias"], v + W[p + "attn_v.bias"]
-        q = rope(q.reshape(T, n_head, d), pos, base, neox)
-        k = rope(k.reshape(T, n_kv, d), pos, base, neox)
+        q, k = q.reshape(T, n_head, d), k.reshape(T, n_kv, d)
+        if p + "attn_q_norm.weight" in W:
+            q, k = rms_norm(q, W[p + "attn_q_norm.weight"], eps), rms_norm(k, W[p + "attn_k_norm.weight"], eps)
+        q, k = rope(q, pos, base, neox), rope(k, pos, base, neox)
         v = v.reshape(T, n_kv, d)
         out = np.zeros((T, n_head, d))
         for hh in range(n_head):
@@ -85,8 +119,11 @@ def forward(meta, W, tokens):
             out[:, hh, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, kv, :]
         x = x + out.reshape(T, -1) @ W[p + "attn_output.weight"].T
         h = rms_norm(x, W[p + "ffn_norm.weight"], eps)
+        if p + "ffn_gate_inp.weight" in W:
+            x = x + moe(meta, W, p, h)
+            continue
         g, u = h @ W[p + "ffn_gate.weight"].T, h @ W[p + "ffn_up.weight"].T
-        x = x + (g / (1 + np.exp(-g)) * u) @ W[p + "ffn_down.weight"].T
+        x = x + (silu(g) * u) @ W[p + "ffn_down.weight"].T
     x = rms_norm(x, W["output_norm.weight"], eps)
     out_w = W.get("output.weight", W["token_embd.weight"])
     return x @ out_w.T
@@ -142,12 +179,15 @@ n_checked = 0
 CASES = [(shape, wtype) for shape in ["tiny", "tiny-tied", "tiny-qwen2", "tiny-gemma3"]
          for wtype in ["f32", "q8_0", "q4_0", "q4_k", "f16", "iq4_nl", "mxfp4"]]
 CASES += [("tiny-256", wtype) for wtype in ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"]]
+CASES += [(shape, wtype) for shape in ["tiny-mixtral", "tiny-qwen3moe", "tiny-qwen2moe"]
+          for wtype in ["f32", "q8_0", "q4_0", "iq4_nl", "mxfp4"]]
+CASES += [("tiny-qwen3moe-256", wtype) for wtype in ["q4_k", "q5_k", "q6_k", "q3_k", "iq4_xs"]]
 for shape, wtype in CASES:
     path = os.path.join(tmp, f"{shape}-{wtype}.gguf")
     subprocess.run([headroom_bin(), "synth", shape, path, "--type", wtype, "-q", "--seed", "3"], check=True)
     meta, W = load(path)
     held = {t.tensor_type.name for t in GGUFReader(path).tensors}
-    fail_if(shape == "tiny-256" and wtype.upper() not in held, f"{shape} {wtype}: the file holds {held}")
+    fail_if(shape.endswith("-256") and wtype.upper() not in held, f"{shape} {wtype}: the file holds {held}")
     tokens = rng.integers(3, 512, size=37).tolist()
     out = os.path.join(tmp, "logits.f32")
     # f32 KV so that only the arithmetic order differs; small steps so
@@ -161,6 +201,6 @@ for shape, wtype in CASES:
     scale = np.abs(ref).max()
     fail_if(err > 1e-4 * max(1.0, scale), f"{shape} {wtype}: max |diff| {err:.3g} (logit scale {scale:.3g})")
     fail_if(not (ours.argmax(1) == ref.argmax(1)).all(), f"{shape} {wtype}: top-1 differs")
-    print(f"{shape:11s} {wtype:5s} max |logit diff| {err:.2e} (scale {scale:.2f})")
+    print(f"{shape:17s} {wtype:5s} max |logit diff| {err:.2e} (scale {scale:.2f})")
     n_checked += 1
 print(f"ok: {n_checked} models match the numpy forward")

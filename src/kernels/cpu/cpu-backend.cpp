@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -26,7 +27,10 @@ uint64_t pack_size(uint64_t n) {
 }  // namespace
 
 CpuBackend::CpuBackend(Ledger& host, int n_threads, const Ops* ops)
-    : Backend(host, true), ops_(ops ? *ops : kernels::ops()), pool_(n_threads) {
+    : Backend(host, true),
+      ops_(ops ? *ops : kernels::ops()),
+      pool_(n_threads),
+      groups_(kMaxExperts) {
     ctx_.pool = &pool_;
 }
 
@@ -90,14 +94,22 @@ void CpuBackend::count_weight(uint64_t bytes) {
 
 // A tensor is read where it is mapped (or from its repacked copy, which
 // takes its place): its file bytes are this backend's.
+// An expert tensor is its experts' matrices, each a Matrix of its own (and
+// repacked on its own), under consecutive ids.
 Weight CpuBackend::upload_matrix(const HostTensor& t, WeightUse use) {
-    count_weight(t.row_bytes * static_cast<uint64_t>(t.n_rows));
-    Matrix m{t.data, t.type, t.n_rows, t.n_cols, t.row_bytes};
-    weights_.push_back(m);
-    const auto id = static_cast<uint32_t>(weights_.size());
-    // A matrix get_rows also reads stays as stored: the lookup reads it by rows.
-    if (use == WeightUse::Matmul && ops_.packed_bytes(m) > 0) to_pack_.push_back(id);
-    return {t.type, t.n_rows, t.n_cols, t.row_bytes, id};
+    const uint64_t matrix_bytes = t.row_bytes * static_cast<uint64_t>(t.n_rows);
+    const uint32_t n = std::max<uint32_t>(t.n_expert, 1);
+    HR_CHECK(t.n_expert == 0 || use == WeightUse::Matmul);
+    count_weight(matrix_bytes * n);
+    const auto first = static_cast<uint32_t>(weights_.size() + 1);
+    for (uint32_t e = 0; e < n; ++e) {
+        Matrix m{t.data + matrix_bytes * e, t.type, t.n_rows, t.n_cols, t.row_bytes};
+        weights_.push_back(m);
+        // A matrix get_rows also reads stays as stored: the lookup reads it by rows.
+        if (use == WeightUse::Matmul && ops_.packed_bytes(m) > 0)
+            to_pack_.push_back(static_cast<uint32_t>(weights_.size()));
+    }
+    return {t.type, t.n_rows, t.n_cols, t.row_bytes, first, t.n_expert};
 }
 
 Weight CpuBackend::upload_vector(const float* values, int64_t n, uint64_t stored_bytes) {
@@ -222,6 +234,7 @@ void CpuBackend::matmul(std::span<const Weight* const> ws, DevPtr x, int64_t n_t
     for (int i = 0; i < n; ++i) {
         ms[i] = &matrix(*ws[i]);
         out[i] = f32(ys[i]);
+        matmul_bytes_read_ += ms[i]->row_bytes * static_cast<uint64_t>(ms[i]->n_rows);
     }
     const float* xf = f32(x);
     const int64_t n_in = ms[0]->n_cols;
@@ -311,6 +324,56 @@ void CpuBackend::gather_rows(DevPtr x, int64_t n_cols, const StepView& step, Dev
     for (uint32_t r = 0; r < step.n_logit_rows; ++r)
         std::memcpy(dst + static_cast<uint64_t>(r) * n_cols,
                     src + static_cast<uint64_t>(rows[r]) * n_cols, n_cols * sizeof(float));
+}
+
+// ---- mixture-of-experts ops --------------------------------------------------
+
+void CpuBackend::route_experts(DevPtr logits, const Routing& r, ExpertGating gating,
+                               bool normalize) {
+    kernels::route_experts(f32(logits), route_args(r), gating, normalize);
+}
+
+void CpuBackend::gather_routed(DevPtr x, int64_t n_cols, const Routing& r, DevPtr out) {
+    kernels::gather_routed(f32(x), n_cols, route_args(r), f32(out));
+}
+
+// The activations are prepared once for all T×k rows; each expert with rows
+// is one group of the grouped matmul.
+void CpuBackend::matmul_experts(std::span<const Weight* const> ws, DevPtr x, const Routing& r,
+                                std::span<const DevPtr> ys) {
+    HR_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= 2);
+    const RouteArgs ra = route_args(r);
+    const int32_t* start = ra.start();
+    const int64_t n_rows = r.n_tokens * r.n_used;
+    const Matrix& first = matrix(*ws[0]);
+    const Acts acts = ops_.prepare(f32(x), n_rows, first.n_cols, first.type, ctx_);
+    int n_groups = 0;
+    for (uint32_t e = 0; e < r.n_expert; ++e) {
+        if (start[e + 1] == start[e]) continue;
+        ExpertGroup& g = groups_[n_groups++];
+        for (size_t i = 0; i < ws.size(); ++i) {
+            HR_DCHECK(ws[i]->n_expert == r.n_expert);
+            g.ws[i] = &matrix(*ws[i], e);
+            matmul_bytes_read_ += g.ws[i]->row_bytes * static_cast<uint64_t>(g.ws[i]->n_rows);
+        }
+        g.row0 = start[e];
+        g.n_tok = start[e + 1] - start[e];
+    }
+    float* out[2] = {f32(ys[0]), ys.size() > 1 ? f32(ys[1]) : nullptr};
+    ops_.matmul_experts(groups_.data(), n_groups, static_cast<int>(ws.size()), acts, out, ctx_);
+}
+
+void CpuBackend::combine_routed(DevPtr y, int64_t n_cols, const Routing& r, DevPtr out) {
+    kernels::combine_routed(f32(y), n_cols, route_args(r), f32(out));
+}
+
+void CpuBackend::sigmoid_scale(DevPtr y, DevPtr s, int64_t n_rows, int64_t n_cols) {
+    float* yf = f32(y);
+    const float* sf = f32(s);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const float g = 1.0f / (1.0f + std::exp(-sf[r]));
+        for (int64_t c = 0; c < n_cols; ++c) yf[r * n_cols + c] *= g;
+    }
 }
 
 }  // namespace headroom::kernels

@@ -35,8 +35,11 @@ class CpuBackend final : public Backend {
         for (const auto& r : packed_) n += r.size_bytes();
         return n;
     }
-    // The matrix (or vector) behind a weight.
-    const Matrix& matrix(const Weight& w) const { return weights_[w.id - 1]; }
+    // Weight bytes the matmuls have read since the backend opened: each
+    // matrix of a call once, and of expert tensors the experts with rows.
+    uint64_t matmul_bytes_read() const { return matmul_bytes_read_; }
+    // The matrix (or vector) behind a weight; expert e's of an expert tensor.
+    const Matrix& matrix(const Weight& w, uint32_t e = 0) const { return weights_[w.id - 1 + e]; }
 
     std::string name() const override;
     Ledger& ledger() override { return host_ledger(); }
@@ -78,6 +81,15 @@ class CpuBackend final : public Backend {
     void add(DevPtr x, DevPtr y, int64_t n) override;
     void gather_rows(DevPtr x, int64_t n_cols, const StepView& step, DevPtr out) override;
 
+    bool runs_experts() const override { return true; }
+    void route_experts(DevPtr logits, const Routing& r, ExpertGating gating,
+                       bool normalize) override;
+    void gather_routed(DevPtr x, int64_t n_cols, const Routing& r, DevPtr out) override;
+    void matmul_experts(std::span<const Weight* const> ws, DevPtr x, const Routing& r,
+                        std::span<const DevPtr> ys) override;
+    void combine_routed(DevPtr y, int64_t n_cols, const Routing& r, DevPtr out) override;
+    void sigmoid_scale(DevPtr y, DevPtr s, int64_t n_rows, int64_t n_cols) override;
+
   private:
     void count_weight(uint64_t bytes);
     struct Allocation {
@@ -89,6 +101,9 @@ class CpuBackend final : public Backend {
     const float* vec(const Weight& w) const {
         return reinterpret_cast<const float*>(matrix(w).data);
     }
+    RouteArgs route_args(const Routing& r) const {
+        return {host(r.route), r.n_tokens, r.n_expert, r.n_used};
+    }
 
     const Ops& ops_;
     ThreadPool pool_;
@@ -98,9 +113,11 @@ class CpuBackend final : public Backend {
     // The model file's tensor data (not owned) and the weights' matrices.
     std::span<const uint8_t> file_data_;
     bool file_mapped_ = false;
-    std::vector<Matrix> weights_;    // Weight::id - 1
-    std::vector<uint32_t> to_pack_;  // ids of matrices read by matmul, not yet repacked
-    std::vector<Region> packed_;     // their repacked copies, a region per end_weights
+    std::vector<Matrix> weights_;      // Weight::id - 1
+    std::vector<uint32_t> to_pack_;    // ids of matrices read by matmul, not yet repacked
+    std::vector<Region> packed_;       // their repacked copies, a region per end_weights
+    uint64_t matmul_bytes_read_ = 0;
+    std::vector<ExpertGroup> groups_;  // matmul_experts' groups (kMaxExperts, taken once)
 };
 
 }  // namespace headroom::kernels

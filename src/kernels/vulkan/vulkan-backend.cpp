@@ -356,6 +356,7 @@ void VulkanBackend::begin_weights(std::span<const uint8_t> file_data, bool mappe
 }
 
 Weight VulkanBackend::upload_matrix(const HostTensor& t, WeightUse) {
+    HR_CHECK_MSG(t.n_expert == 0, "expert tensors reach only a backend that runs experts");
     if (!shader_type(t.type))
         fail("the Vulkan backend has no shaders for {} weights", headroom::name(t.type));
     WeightEntry e;

@@ -111,6 +111,14 @@ void ref_matmul_n(const Matrix* const* ws, float* const* ys, int n, const Acts& 
     for (int i = 0; i < n; ++i) ref_matmul(*ws[i], x, ys[i], ctx);
 }
 
+void ref_matmul_experts(const ExpertGroup* groups, int n_groups, int n_ws, const Acts& x,
+                        float* const* ys, const Context& ctx) {
+    for (int g = 0; g < n_groups; ++g)
+        for (int i = 0; i < n_ws; ++i)
+            ref_matmul(*groups[g].ws[i], acts_rows(x, groups[g].row0, groups[g].n_tok),
+                       ys[i] + groups[g].row0 * groups[g].ws[i]->n_rows, ctx);
+}
+
 uint64_t ref_packed_bytes(const Matrix&) {
     return 0;
 }
@@ -119,10 +127,10 @@ void ref_repack(const Matrix&, uint8_t*, const Context&) {}
 }  // namespace
 
 const Ops& ref_ops() {
-    static const Ops kOps = {"ref",         ref_prepare, ref_matmul, ref_matmul_n,
-                             ref_attention, ref_rmsnorm, ref_rope,   ref_silu_mul,
-                             ref_gelu_mul,  ref_add,     store_row,  ref_packed_bytes,
-                             ref_repack};
+    static const Ops kOps = {
+        "ref",         ref_prepare, ref_matmul,       ref_matmul_n, ref_matmul_experts,
+        ref_attention, ref_rmsnorm, ref_rope,         ref_silu_mul, ref_gelu_mul,
+        ref_add,       store_row,   ref_packed_bytes, ref_repack};
     return kOps;
 }
 

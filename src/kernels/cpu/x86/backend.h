@@ -15,9 +15,10 @@ namespace headroom::kernels::x86 {
 template <class V>
 struct Backend {
     static const Ops& ops() {
-        static const Ops kOps = {V::kName,     prepare<V>,      matmul,      matmul_n,    attend,
-                                 rmsnorm<V>,   rope<V>,         silu_mul<V>, gelu_mul<V>, add<V>,
-                                 store_row<V>, packed_bytes<V>, repack<V>};
+        static const Ops kOps = {V::kName,        prepare<V>,  matmul,     matmul_n,
+                                 matmul_experts,  attend,      rmsnorm<V>, rope<V>,
+                                 silu_mul<V>,     gelu_mul<V>, add<V>,     store_row<V>,
+                                 packed_bytes<V>, repack<V>};
         return kOps;
     }
 
@@ -49,6 +50,15 @@ struct Backend {
         bool packed[4];
         for (int i = 0; i < n; ++i) packed[i] = is_packed(*ws[i]);
         matmul_int<V>(ws, ys, n, x, ctx, packed);
+    }
+
+    static void matmul_experts(const ExpertGroup* gs, int n_groups, int n_ws, const Acts& x,
+                               float* const* ys, const Context& ctx) {
+        if (x.quantized) return matmul_experts_int<V>(gs, n_groups, n_ws, x, ys, ctx, is_packed);
+        for (int g = 0; g < n_groups; ++g)
+            for (int i = 0; i < n_ws; ++i)
+                matmul(*gs[g].ws[i], acts_rows(x, gs[g].row0, gs[g].n_tok),
+                       ys[i] + gs[g].row0 * gs[g].ws[i]->n_rows, ctx);
     }
 
     static void attend(const AttentionArgs& a, const Context& ctx) {

@@ -20,7 +20,9 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <optional>
 
 #include "core/check.h"
 #include "core/share-queue.h"
@@ -29,6 +31,7 @@
 #include "kernels/cpu/x86/act-quant.h"
 #include "kernels/cpu/x86/pack.h"
 #include "kernels/kernels.h"
+#include "kernels/moe.h"
 
 namespace headroom::kernels::x86 {
 
@@ -863,6 +866,69 @@ void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
         queue.drain(thread, [&](int64_t item0, int64_t item1) {
             for (int64_t item = item0; item < item1; ++item)
                 mm.run(item, item + 1 < item1, panel, tok);
+        });
+    });
+}
+
+// The experts' matmuls of one MoE projection (Ops::matmul_experts) as one
+// piece of work: each group is an IntMatmul over its rows of x, and the
+// groups' items are numbered one after another and handed out from one
+// queue. A thread sets up the IntMatmul of the group its items are in when
+// it enters that group (its share is contiguous, so rarely).
+// is_packed(W): W.packed holds this backend's repacked copy.
+template <class V>
+void matmul_experts_int(const ExpertGroup* gs, int n_groups, int n_ws, const Acts& x,
+                        float* const* ys, const Context& ctx, bool (*is_packed)(const Matrix&)) {
+    HR_CHECK(n_groups >= 0 && n_groups <= static_cast<int>(kMaxExperts) && n_ws >= 1 && n_ws <= 2);
+    if (n_groups == 0) return;
+    // One group's matmul, as a thread holds it.
+    struct Group {
+        int g = -1;
+        Acts x;
+        const Matrix* ws[2];
+        float* ys[2];
+        bool packed[2];
+        std::optional<IntMatmul<V>> mm;
+        void enter(int gi, const ExpertGroup& e, int n_ws, const Acts& all, float* const* out,
+                   bool (*is_packed)(const Matrix&)) {
+            g = gi;
+            x = acts_rows(all, e.row0, e.n_tok);
+            for (int i = 0; i < n_ws; ++i) {
+                ws[i] = e.ws[i];
+                ys[i] = out[i] + e.row0 * e.ws[i]->n_rows;
+                packed[i] = is_packed(*e.ws[i]);
+            }
+            mm.emplace(ws, ys, n_ws, x, packed);
+        }
+    };
+    std::array<int64_t, kMaxExperts + 1> first_item;
+    first_item[0] = 0;
+    {
+        Group probe;
+        for (int g = 0; g < n_groups; ++g) {
+            probe.enter(g, gs[g], n_ws, x, ys, is_packed);
+            first_item[g + 1] = first_item[g] + probe.mm->n_items();
+        }
+    }
+    const int64_t n_items = first_item[n_groups];
+    ShareQueue queue = group_queue(n_items, ctx.pool->n_threads(), x.n_tokens / n_groups);
+    ctx.pool->run([&](int thread) {
+        uint8_t* panel = ctx.thread_scratch(thread);
+        Tok tok[16];
+        Group cur;
+        queue.drain(thread, [&](int64_t item0, int64_t item1) {
+            for (int64_t item = item0; item < item1; ++item) {
+                if (cur.g < 0 || item < first_item[cur.g] || item >= first_item[cur.g + 1]) {
+                    const int g =
+                        static_cast<int>(std::upper_bound(first_item.begin(),
+                                                          first_item.begin() + n_groups + 1, item) -
+                                         first_item.begin() - 1);
+                    cur.enter(g, gs[g], n_ws, x, ys, is_packed);
+                }
+                const int64_t local = item - first_item[cur.g];
+                const bool goes_on = item + 1 < item1 && item + 1 < first_item[cur.g + 1];
+                cur.mm->run(local, goes_on, panel, tok);
+            }
         });
     });
 }

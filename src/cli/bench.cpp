@@ -99,9 +99,9 @@ uint64_t weights_read_per_token(const Model& model) {
     };
     uint64_t n = bytes(w.output) + w.tok_embd.row_bytes;
     for (const auto& l : w.layers)
-        for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router,
-                              &l.gate_exps, &l.up_exps, &l.down_exps, &l.gate_shexp, &l.up_shexp,
-                              &l.down_shexp})
+        for (const auto* m :
+             {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router, &l.gate_exps,
+              &l.up_exps, &l.down_exps, &l.gate_shexp, &l.up_shexp, &l.down_shexp})
             if (*m) n += bytes(*m);
     return n;
 }
@@ -305,11 +305,12 @@ void run_bench(const Opts& o) {
             st.n_dispatches, st.upload_bytes, st.download_bytes);
     }
     if (o.n_gen && cpu)
-        fmt::print("reads        {} of weights per decode step by the model's shape{}; {} counted\n",
-                   format_bytes(weights_read_per_token(model)),
-                   hp.n_expert ? fmt::format(" ({} of {} experts)", hp.n_expert_used, hp.n_expert)
-                               : std::string(),
-                   format_bytes(static_cast<uint64_t>(counted_step_bytes)));
+        fmt::print(
+            "reads        {} of weights per decode step by the model's shape{}; {} counted\n",
+            format_bytes(weights_read_per_token(model)),
+            hp.n_expert ? fmt::format(" ({} of {} experts)", hp.n_expert_used, hp.n_expert)
+                        : std::string(),
+            format_bytes(static_cast<uint64_t>(counted_step_bytes)));
     if (!moved.empty())
         fmt::print(
             "note         the read bandwidth moved during a decode ({}): such a run's fraction "

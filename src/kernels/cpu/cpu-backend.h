@@ -113,9 +113,9 @@ class CpuBackend final : public Backend {
     // The model file's tensor data (not owned) and the weights' matrices.
     std::span<const uint8_t> file_data_;
     bool file_mapped_ = false;
-    std::vector<Matrix> weights_;      // Weight::id - 1
-    std::vector<uint32_t> to_pack_;    // ids of matrices read by matmul, not yet repacked
-    std::vector<Region> packed_;       // their repacked copies, a region per end_weights
+    std::vector<Matrix> weights_;    // Weight::id - 1
+    std::vector<uint32_t> to_pack_;  // ids of matrices read by matmul, not yet repacked
+    std::vector<Region> packed_;     // their repacked copies, a region per end_weights
     uint64_t matmul_bytes_read_ = 0;
     std::vector<ExpertGroup> groups_;  // matmul_experts' groups (kMaxExperts, taken once)
 };

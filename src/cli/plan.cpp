@@ -46,6 +46,7 @@ struct PlanOptions {
     std::string kv_dtype = "f16";
     uint32_t threads = 0;
     uint32_t cpu_layers = 0;
+    bool cpu_moe = false;
     std::string n_gpu_layers;  // auto, all or N
     bool swa_full = false;
     bool fit = false;
@@ -248,6 +249,7 @@ json suggestion_json(const Suggestion& s) {
         {"max_model_len", c.max_model_len},
         {"max_num_seqs", c.max_num_seqs},
         {"n_cpu_layers", c.n_cpu_layers},
+        {"experts_on_cpu", c.experts_on_cpu},
         {"total_bytes", s.plan.mem.total_bytes()},
         {"budget_bytes", s.plan.mem.budget_bytes},
         {"weights_bytes", s.plan.mem.weights_bytes},
@@ -496,9 +498,13 @@ void print_human(const PlanModel& m, const Device& d, const Plan& p, const Capac
     else
         fmt::print("  {:<13}{:>{}}  budget {}\n", "total", format_bytes(mp.total_bytes()), w,
                    format_bytes(mp.budget_bytes));
-    if (p.host_bytes && !mp.split())
-        fmt::print("  {:<13}{:>{}}  weights and KV of {} layers kept on the CPU\n", "host memory",
-                   format_bytes(p.host_bytes), w, c.n_cpu_layers);
+    if (p.host_bytes && !mp.split()) {
+        std::string what;
+        if (c.n_cpu_layers) what = fmt::format("weights and KV of {} layers", c.n_cpu_layers);
+        if (c.experts_on_cpu) what += std::string(what.empty() ? "" : " and ") + "experts";
+        fmt::print("  {:<13}{:>{}}  {} kept on the CPU\n", "host memory",
+                   format_bytes(p.host_bytes), w, what);
+    }
     const auto devices = mp.device_terms();
     if (devices.size() > 1) {
         // A plan on two devices: each one's terms.
@@ -675,6 +681,11 @@ void add_plan_command(CLI::App& app) {
                         "Layers on the GPU (-ngl), the first ones on the CPU: auto (the most "
                         "that fit, as run and serve place them), all, or a number")
             ->excludes(cpu);
+    auto* moe = cmd->add_flag(
+        "--cpu-moe", o->cpu_moe,
+        "Keep every GPU layer's experts in host memory, run by the CPU, and the dense and "
+        "attention weights on the GPU (llama.cpp's --cpu-moe; a mixture of experts on a GPU "
+        "plan; headroom's GPU backend does not run experts yet)");
     cmd->add_flag("--swa-full", o->swa_full,
                   "Plan as if sliding-window layers cached the whole context (every layer global)");
     cmd->add_flag("--fit", o->fit, "When it does not fit: list configurations that do, best first");
@@ -700,7 +711,7 @@ void add_plan_command(CLI::App& app) {
                     "Prompt of the request (default: half the context)");
     cmd->add_option("--max-tokens", o->max_tokens,
                     "Tokens each sample or beam may generate (default: the rest of the context)");
-    cmd->callback([o, wt, len, seqs, kv, cpu, ngl] {
+    cmd->callback([o, wt, len, seqs, kv, cpu, ngl, moe] {
         if (o->list_models || o->list_devices) {
             if (o->list_models)
                 for (const auto& b : builtin_models())
@@ -732,6 +743,11 @@ void add_plan_command(CLI::App& app) {
         s.config.block_size = o->block_size;
         s.config.n_threads = o->threads;
         s.config.n_cpu_layers = o->cpu_layers;
+        s.config.experts_on_cpu = o->cpu_moe;
+        if (o->cpu_moe && !device.gpu)
+            fail(
+                "--cpu-moe needs a GPU device (--device vulkan, a GPU of the table or "
+                "--device-memory): on the CPU every expert is in host memory already");
         const auto dtype = kv_dtype_from_name(o->kv_dtype);
         if (!dtype) fail("--kv-dtype '{}': expected f16, bf16, f32 or q8_0", o->kv_dtype);
         s.config.kv_dtype = *dtype;
@@ -741,6 +757,7 @@ void add_plan_command(CLI::App& app) {
         pins.kv_dtype = kv->count() > 0;
         pins.weight_type = wt->count() > 0;
         pins.cpu_layers = cpu->count() > 0;
+        pins.cpu_moe = moe->count() > 0;
 
         // --n-gpu-layers auto, as the engine places the layers (the plan's
         // own layers when given, else reported with --fit and --json).

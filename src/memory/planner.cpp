@@ -186,6 +186,9 @@ PlanModel requantized(const PlanModel& model, WeightType type) {
     m.desc.weights_exact = false;
     m.desc.weight_type = std::string(info(type).label);
     m.desc.layer_weight_bytes = e.layer_bytes;
+    m.desc.layer_expert_parts.clear();
+    if (m.shape.hp.n_expert > 0)
+        for (const uint64_t b : e.layer_expert_bytes) m.desc.layer_expert_parts.push_back({b, b});
     m.weights_basis =
         fmt::format("{} parameters × {:.2f} bits per weight ({}: {})", count_text(e.n_params),
                     e.bits_per_weight(), info(type).label, mix_text(e.bytes_by_type));
@@ -227,6 +230,15 @@ uint64_t first_layers_bytes(const ModelDesc& d, uint32_t k) {
     return n;
 }
 
+// Host bytes of the experts of layers [first, n_layer): what --cpu-moe keeps
+// on the CPU.
+uint64_t experts_from(const ModelDesc& d, uint32_t first) {
+    uint64_t n = 0;
+    for (uint32_t il = first; il < d.layer_expert_parts.size(); ++il)
+        n += d.layer_expert_parts[il].host;
+    return n;
+}
+
 // The configuration as the engine sees it on `device`.
 EngineConfig on_device(const Device& device, EngineConfig c) {
     if (device.vulkan_index) c.device = fmt::format("gpu{}", *device.vulkan_index);
@@ -257,6 +269,9 @@ Plan evaluate(const PlanModel& model, const Device& device, const PlanSettings& 
         const MemoryPlan whole = plan_memory(model.desc, all, one);
         p.host_bytes += (whole.kv_bytes_per_seq - p.mem.kv_bytes_per_seq) * all.max_num_seqs;
     }
+    if (p.mem.config.experts_on_cpu && !p.mem.split())
+        p.host_bytes += p.mem.config.device != "host" ? p.mem.host_weights_bytes
+                                                      : experts_from(model.desc, c.n_cpu_layers);
     return p;
 }
 
@@ -329,6 +344,12 @@ TermFormulas formulas(const PlanModel& model, const Plan& plan) {
         f.weights +=
             fmt::format(", less {} for {} layers on the CPU", format_bytes(off), c.n_cpu_layers);
     }
+    if (c.experts_on_cpu)
+        f.weights += fmt::format(
+            "; the experts of layers {}-{} ({}) in host memory, run by the CPU (--cpu-moe): a "
+            "token reads {} of each layer's {}",
+            c.n_cpu_layers, hp.n_layer - 1, format_bytes(experts_from(model.desc, c.n_cpu_layers)),
+            hp.n_expert_used, hp.n_expert);
     const std::string elem = elem_text(c.kv_dtype);
     for (const auto& g : mp.kv_groups) {
         const size_t n = g.layers.size();
@@ -403,8 +424,8 @@ std::string headroom_command(const PlanModel& model, const Device& device, const
     if (gguf_weights && c.n_cpu_layers == 0 && !device.gpu) {
         cmd = fmt::format("headroom serve -m {}",
                           model.weight_type ? gguf_file_for(model) : model.source);
-    } else if (gguf_weights && device.vulkan_index) {
-        // headroom's own GPU backend runs it, split or not.
+    } else if (gguf_weights && device.vulkan_index && model.desc.hp.n_expert == 0) {
+        // headroom's own GPU backend runs it, split or not (not yet experts).
         cmd = fmt::format("headroom serve -m {} --device vulkan:{}",
                           model.weight_type ? gguf_file_for(model) : model.source,
                           *device.vulkan_index);
@@ -416,7 +437,8 @@ std::string headroom_command(const PlanModel& model, const Device& device, const
                    ? fmt::format(" --n-gpu-layers {}", model.desc.hp.n_layer - c.n_cpu_layers)
                    : std::string(" --n-gpu-layers all");
     } else {
-        // Configurations the CPU engine cannot start yet: the plan that checks them.
+        // Configurations headroom cannot start yet (experts on the CPU under
+        // a GPU among them): the plan that checks them.
         cmd = fmt::format("headroom plan {}", model_arg(model));
         if (model.weight_type && model.kind != "gguf")
             cmd += fmt::format(" --weight-type {}", name(*model.weight_type));
@@ -424,6 +446,7 @@ std::string headroom_command(const PlanModel& model, const Device& device, const
         if (plan.settings.reserve_bytes)
             cmd += fmt::format(" --reserve {}MiB", plan.settings.reserve_bytes / MiB);
         if (c.n_cpu_layers) cmd += fmt::format(" --cpu-layers {}", c.n_cpu_layers);
+        if (c.experts_on_cpu) cmd += " --cpu-moe";
     }
     cmd += fmt::format(" --max-model-len {} --max-num-seqs {} --kv-dtype {}", c.max_model_len,
                        c.max_num_seqs, name(c.kv_dtype));
@@ -479,6 +502,10 @@ std::string vllm_command(const PlanModel& model, const Device& device, const Pla
         // vLLM offloads weights only (GiB per GPU); the KV stays on the GPU.
         const uint64_t off = first_layers_bytes(model.desc, c.n_cpu_layers);
         cmd += fmt::format(" --cpu-offload-gb {:.0f}", std::ceil(static_cast<double>(off) / GiB));
+    } else if (c.experts_on_cpu) {
+        // vLLM has no experts-only offload: its weight offload of as many bytes.
+        const uint64_t off = experts_from(model.desc, 0);
+        cmd += fmt::format(" --cpu-offload-gb {:.0f}", std::ceil(static_cast<double>(off) / GiB));
     }
     return cmd;
 }
@@ -496,6 +523,7 @@ std::string llama_cpp_command(const PlanModel& model, const Device& device, cons
         cmd += " -ngl 999";
     else
         cmd += fmt::format(" -ngl {}", n_layer - c.n_cpu_layers);
+    if (c.experts_on_cpu) cmd += " --cpu-moe";
     cmd += fmt::format(" -ctk {0} -ctv {0} -fa on", name(c.kv_dtype));
     return cmd;
 }
@@ -532,13 +560,13 @@ std::vector<Suggestion> fit_search(const PlanModel& model, const Device& device,
     }
 
     std::vector<Suggestion> out;
-    std::set<std::tuple<int, int, uint32_t, uint32_t, uint32_t>> seen;
+    std::set<std::tuple<int, int, uint32_t, uint32_t, uint32_t, bool>> seen;
     auto consider = [&](const PlanModel& m, const Plan& p) {
         if (!p.fits_all()) return;
         const EngineConfig& c = p.mem.config;
         const auto key = std::make_tuple(m.weight_type ? static_cast<int>(*m.weight_type) : -1,
                                          static_cast<int>(c.kv_dtype), c.max_model_len,
-                                         c.max_num_seqs, c.n_cpu_layers);
+                                         c.max_num_seqs, c.n_cpu_layers, c.experts_on_cpu);
         if (!seen.insert(key).second) return;
         Suggestion s;
         s.plan = p;
@@ -574,6 +602,21 @@ std::vector<Suggestion> fit_search(const PlanModel& model, const Device& device,
                                  static_cast<double>(std::max<uint64_t>(1, p.mem.budget_bytes));
             s.cost += 2.0 + 4.0 * std::log2(1.0 + 10.0 * ratio);
         }
+        if (c.experts_on_cpu && !bc.experts_on_cpu) {
+            const HParams& hp = m.desc.hp;
+            const uint64_t experts = experts_from(m.desc, c.n_cpu_layers);
+            s.changes.push_back(
+                fmt::format("experts on the CPU, dense and attention weights on {} (--cpu-moe; "
+                            "{} of experts in host memory)",
+                            device.name, format_bytes(experts)));
+            // A token reads n_expert_used of n_expert experts from host
+            // memory: the cost grows with those bytes, as a split's does.
+            const double read = static_cast<double>(experts) * hp.n_expert_used /
+                                std::max<uint32_t>(1, hp.n_expert);
+            const double ratio =
+                read / static_cast<double>(std::max<uint64_t>(1, p.mem.budget_bytes));
+            s.cost += 1.0 + 4.0 * std::log2(1.0 + 10.0 * ratio);
+        }
         s.headroom_cmd = headroom_command(m, device, p);
         s.vllm_cmd = vllm_command(m, device, p);
         s.llama_cpp_cmd = llama_cpp_command(m, device, p);
@@ -608,6 +651,12 @@ std::vector<Suggestion> fit_search(const PlanModel& model, const Device& device,
                 }
             }
             const uint32_t n_layer = m.desc.hp.n_layer;
+            if (!pins.cpu_moe && device.gpu && !s.config.experts_on_cpu &&
+                m.desc.layer_expert_parts.size() == n_layer && n_layer > 0) {
+                PlanSettings t = s;
+                t.config.experts_on_cpu = true;
+                consider(m, evaluate(m, device, t));
+            }
             if (!pins.cpu_layers && device.gpu && n_layer > 1 &&
                 m.desc.layer_weight_bytes.size() == n_layer) {
                 auto with_cpu = [&](uint32_t k) {

@@ -119,6 +119,7 @@ struct Pins {
     bool kv_dtype = false;
     bool weight_type = false;
     bool cpu_layers = false;
+    bool cpu_moe = false;
 };
 
 struct Suggestion {

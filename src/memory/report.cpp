@@ -60,7 +60,8 @@ nlohmann::json engine_config_json(const EngineConfig& c) {
             {"block_size", c.block_size},
             {"threads", c.n_threads},
             {"swa_full", c.swa_full},
-            {"n_cpu_layers", c.n_cpu_layers}};
+            {"n_cpu_layers", c.n_cpu_layers},
+            {"experts_on_cpu", c.experts_on_cpu}};
 }
 
 nlohmann::json traffic_json(const BackendTraffic& t) {

@@ -229,6 +229,15 @@ std::vector<DeviceTerms> MemoryPlan::device_terms() const {
     return {d, host};
 }
 
+namespace {
+
+// A layer's experts: ffn_{gate,up,down}_exps (weights and gpt-oss's biases).
+bool is_expert_tensor(std::string_view name) {
+    return name.find("_exps.") != std::string_view::npos;
+}
+
+}  // namespace
+
 ModelDesc describe_gguf(const gguf::GgufFile& file) {
     ModelDesc m;
     m.hp = read_hparams(file, false);
@@ -236,6 +245,7 @@ ModelDesc describe_gguf(const gguf::GgufFile& file) {
     m.weights_exact = true;
     m.layer_weight_bytes.assign(m.hp.n_layer, 0);
     m.layer_parts.assign(m.hp.n_layer, {});
+    if (m.hp.n_expert > 0) m.layer_expert_parts.assign(m.hp.n_layer, {});
     std::map<TensorType, uint64_t> by_type;
     for (const auto& t : file.tensors()) {
         m.weight_bytes += t.size_bytes;
@@ -258,6 +268,10 @@ ModelDesc describe_gguf(const gguf::GgufFile& file) {
                 break;
             case TensorRole::Layer:
                 if (layer < m.hp.n_layer) part = &m.layer_parts[layer];
+                if (layer < m.layer_expert_parts.size() && is_expert_tensor(t.name)) {
+                    m.layer_expert_parts[layer].host += on_host;
+                    m.layer_expert_parts[layer].device += kernels::device_weight_slot(on_device);
+                }
                 break;
             case TensorRole::Other:
                 break;
@@ -402,6 +416,9 @@ EngineConfig normalized(const ModelDesc& model, const EngineConfig& config_in) {
              c.n_cpu_layers, hp.n_layer);
     if (c.n_cpu_layers > 0 && model.layer_weight_bytes.size() != hp.n_layer)
         fail("layers on the CPU: the weights of {} are not known per layer", model.source);
+    if (c.experts_on_cpu && (hp.n_expert == 0 || model.layer_expert_parts.size() != hp.n_layer))
+        fail("--cpu-moe: {} has no experts{}", model.source,
+             hp.n_expert ? " known per layer" : " (it is not a mixture of experts)");
     refuse_past_an_exbibyte(model, c);
     return c;
 }
@@ -433,6 +450,16 @@ void size_weights(MemoryPlan& p, const ModelDesc& model) {
         if (p.split())
             for (uint32_t il = 0; il < c.n_cpu_layers; ++il)
                 p.host_weights_bytes += model.layer_weight_bytes[il];
+    }
+    if (!c.experts_on_cpu) return;
+    // The GPU layers' experts leave the device; on headroom's own GPU
+    // backend the plan counts them in host memory (a GPU of the table: the
+    // plan's host share, planner.cpp).
+    const bool by_slot = gpu && (p.split() || model.device_weight_bytes);
+    for (uint32_t il = c.n_cpu_layers; il < hp.n_layer; ++il) {
+        const ModelDesc::PartBytes& e = model.layer_expert_parts[il];
+        p.weights_bytes -= by_slot ? e.device : e.host;
+        if (gpu) p.host_weights_bytes += e.host;
     }
 }
 

@@ -62,6 +62,9 @@ struct ModelDesc {
     };
     std::vector<PartBytes> layer_parts;
     PartBytes embedding, output, output_norm, other;
+    // Of each layer, its experts' tensors (*_exps): what --cpu-moe keeps in
+    // host memory. Empty: a dense model, or not known.
+    std::vector<PartBytes> layer_expert_parts;
 };
 
 // Exact weights from the tensor table; tokenizer bytes estimated from the
@@ -89,6 +92,11 @@ struct EngineConfig {
     // by model/placement.h; for a GPU of the table the terms count only what
     // the device holds. 0 on a CPU-only engine.
     uint32_t n_cpu_layers = 0;
+    // Every GPU layer's experts stay in host memory and run on the CPU; the
+    // dense and attention weights go to the GPU (llama.cpp's --cpu-moe). A
+    // decode step reads only the routed experts, so a mixture of experts runs
+    // well this way on a GPU too small for it. GPU plans only.
+    bool experts_on_cpu = false;
     // The device the backend runs on: "host" (the CPU backend) or a GPU
     // ("gpu0"). Off the host, the activation arena's staging part and the
     // runtime but the device context are host memory (device_terms()).

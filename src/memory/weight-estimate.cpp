@@ -234,6 +234,7 @@ WeightEstimate estimate_weights(const std::vector<WeightTensor>& tensors, const 
     if (ti.gguf) gguf_types = choose_tensor_types(tensors, hp, gguf_recipe(type));
     WeightEstimate e;
     e.layer_bytes.assign(hp.n_layer, 0);
+    e.layer_expert_bytes.assign(hp.n_layer, 0);
     for (size_t i = 0; i < tensors.size(); ++i) {
         const WeightTensor& t = tensors[i];
         const uint64_t n = t.n_elements();
@@ -252,8 +253,11 @@ WeightEstimate estimate_weights(const std::vector<WeightTensor>& tensors, const 
         e.bytes += bytes;
         e.n_params += n;
         e.bytes_by_type[type_name] += bytes;
-        if (t.layer >= 0 && static_cast<uint32_t>(t.layer) < hp.n_layer)
+        if (t.layer >= 0 && static_cast<uint32_t>(t.layer) < hp.n_layer) {
             e.layer_bytes[static_cast<size_t>(t.layer)] += bytes;
+            if (t.name.find("_exps.") != std::string::npos)
+                e.layer_expert_bytes[static_cast<size_t>(t.layer)] += bytes;
+        }
     }
     return e;
 }

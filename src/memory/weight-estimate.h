@@ -97,6 +97,7 @@ struct WeightEstimate {
     uint64_t bytes = 0;
     uint64_t n_params = 0;
     std::vector<uint64_t> layer_bytes;              // per transformer block
+    std::vector<uint64_t> layer_expert_bytes;       // of those, the experts' (*_exps)
     std::map<std::string, uint64_t> bytes_by_type;  // "Q4_K" -> bytes
     double bits_per_weight() const {
         return n_params ? 8.0 * static_cast<double>(bytes) / static_cast<double>(n_params) : 0;

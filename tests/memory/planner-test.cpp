@@ -372,6 +372,58 @@ TEST(PlannerFit, SuggestionsFitAndRespectPins) {
     for (const auto& x : fit_search(m, d, s, pins, 20)) EXPECT_FALSE(x.weight_type.has_value());
 }
 
+// Qwen3-30B-A3B in Q4_K_M (about 17 GiB) on a 12 GiB RTX 3060: its experts
+// are 3 × 128 × 768 × 2048 parameters a layer, 94% of the weights. Kept in
+// host memory (--cpu-moe) they leave about 1 GiB of dense and attention
+// weights on the GPU, and a token reads 8 of each layer's 128 experts.
+TEST(PlannerFit, ExpertsOnTheCpuWhenThatIsWhatFits) {
+    const PlanModel m = builtin("qwen3-30b-a3b", WeightType::Q4_K_M);
+    const Device d = *find_device("rtx-3060");
+    PlanSettings s;
+    s.config.max_model_len = 8192;
+    ASSERT_FALSE(evaluate(m, d, s).mem.fits);
+    // The experts' bytes per layer, by hand: 3 tensors of 128 × 768 rows of
+    // 2048, in Q4_K (144 B per 256 weights); Q4_K_M makes some layers'
+    // ffn_down Q6_K (210 B per 256), so each layer lies between the two.
+    const uint64_t q4k_layer = 3ull * 128 * 768 * 2048 / 256 * 144;
+    ASSERT_EQ(m.desc.layer_expert_parts.size(), 48u);
+    uint64_t experts = 0;
+    for (const auto& e : m.desc.layer_expert_parts) {
+        EXPECT_GE(e.host, q4k_layer);
+        EXPECT_LE(e.host, q4k_layer * 210 / 144);  // ffn_down at most Q6_K
+        experts += e.host;
+    }
+    PlanSettings moe = s;
+    moe.config.experts_on_cpu = true;
+    const Plan p = evaluate(m, d, moe);
+    EXPECT_TRUE(p.fits_all());
+    EXPECT_EQ(p.mem.weights_bytes, m.desc.weight_bytes - experts);
+    EXPECT_EQ(p.host_bytes, experts);
+
+    Pins pins;
+    const auto sugg = fit_search(m, d, s, pins, 20);
+    ASSERT_FALSE(sugg.empty());
+    bool offered = false;
+    for (const auto& x : sugg) {
+        EXPECT_TRUE(x.plan.fits_all());
+        if (!x.plan.mem.config.experts_on_cpu) continue;
+        offered = true;
+        // llama.cpp runs only the GGUF types.
+        if (!x.llama_cpp_cmd.empty()) {
+            EXPECT_THAT(x.llama_cpp_cmd, HasSubstr("--cpu-moe"));
+        }
+        EXPECT_THAT(x.headroom_cmd, HasSubstr("--cpu-moe"));
+        EXPECT_THAT(x.changes.back(), HasSubstr("experts on the CPU"));
+    }
+    EXPECT_TRUE(offered);
+    // Experts on the CPU keep the whole context and the model's own weights:
+    // cheaper than moving whole layers off the GPU.
+    EXPECT_TRUE(sugg[0].plan.mem.config.experts_on_cpu);
+    pins.cpu_moe = true;
+    for (const auto& x : fit_search(m, d, s, pins, 20))
+        EXPECT_FALSE(x.plan.mem.config.experts_on_cpu);
+}
+
 TEST(PlannerCompare, WeightTypesAtOneConfiguration) {
     // The numbers the OOM articles quote for a 14B model: FP16 28 GB, INT8
     // 14 GB, 4-bit 8 GB; Qwen2.5-14B has 14.77B parameters with embeddings.

@@ -22,11 +22,12 @@ void add_synth_command(CLI::App& app) {
         shapes += (shapes.empty() ? "" : ", ") + std::string(s.name);
     auto* cmd = app.add_subcommand(
         "synth",
-        "Write a llama-architecture GGUF of a named shape with random weights and a working "
-        "tokenizer, for benchmarks");
+        "Write a GGUF of a named shape (llama, qwen2, qwen3, gemma3, or a mixture of experts: "
+        "Mixtral, qwen2moe, qwen3moe) with random weights and a working tokenizer, for "
+        "benchmarks and tests");
     cmd->add_option("shape", o->shape, "Shape: " + shapes)->required();
     cmd->add_option("out", o->out, "Output GGUF file")->required();
-    cmd->add_option("--type", o->type, "Weight type for matrices (norms stay F32)")
+    cmd->add_option("--type", o->type, "Weight type for matrices (norms and routers stay F32)")
         ->capture_default_str();
     cmd->add_option("--seed", o->seed, "Random seed")->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "Threads")->capture_default_str();

@@ -76,6 +76,11 @@ void read_experts(const gguf::GgufFile& f, const std::string& a, HParams& hp, co
             f.path(), hp.n_expert, hp.n_expert_used, kernels::kMaxExperts,
             std::min(hp.n_expert, kernels::kMaxExpertsUsed));
     hp.n_ff_exp = opt(a + "expert_feed_forward_length", hp.n_ff);
+    if (hp.n_ff_exp == 0)
+        fail(
+            "{}: {}expert_feed_forward_length (or feed_forward_length) is 0 or missing: the "
+            "experts have no width",
+            f.path(), a);
     hp.n_ff_shexp = opt(a + "expert_shared_feed_forward_length", 0);
     hp.n_ff = std::max(hp.n_ff_exp, hp.n_ff_shexp);
     hp.expert_weights_norm = hp.arch != "qwen2moe";

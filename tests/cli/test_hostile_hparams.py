@@ -4,8 +4,9 @@ made by `headroom synth`, rewritten by the gguf package with one metadata
 value changed. `run` and `plan` must never die of a signal or hang, and must
 refuse what the forward pass cannot use (NaN or negative RoPE base and RMS
 epsilon, a layer count past the file's tensors, a head size the RoPE does not
-fit) with one `error:` line that names the key. A Hugging Face config with an
-absurd layer count is refused by `plan` the same way."""
+fit, expert counts the router cannot use) with one `error:` line that names
+the key. A Hugging Face config with an absurd layer count is refused by
+`plan` the same way."""
 import json
 import math
 import os
@@ -139,6 +140,29 @@ for key, others in (("tokenizer.ggml.model", {}), ("tokenizer.ggml.pre", bpe)):
     fail_if(key not in lines[0] or "(100000 bytes)" not in lines[0] or len(lines[0]) > 2000,
             f"long {key}: {lines[0][:500]}")
     cases += 1
+# A mixture of experts (a llama with 8 experts, 2 per token): counts the
+# router cannot use are refused by name; counts and widths the tensors do not
+# match run or are refused cleanly.
+valid = os.path.join(tmp, "tiny-mixtral.gguf")
+subprocess.run([headroom_bin(), "synth", "tiny-mixtral", valid, "--type", "q8_0", "-q"], check=True)
+reader = GGUFReader(valid)
+check("moe-valid", {}, must_run=True)
+cases += 1
+for value in (0, 9, 65, (1 << 32) - 1):
+    check(f"experts-used-{value}", {"llama.expert_used_count": (value, U32)}, "expert_used_count")
+    cases += 1
+for value in (1, 4096, (1 << 32) - 1):
+    check(f"experts-{value}", {"llama.expert_count": (value, U32)}, "expert_count")
+    cases += 1
+check("expert-width-0", {"llama.expert_feed_forward_length": (0, U32)},
+      "expert_feed_forward_length")
+cases += 1
+for key, values in {"llama.expert_count": (2, 7, 9),
+                    "llama.expert_feed_forward_length": (1, 95, 97),
+                    "llama.expert_shared_feed_forward_length": (1, 96)}.items():
+    for value in values:
+        check(f"{key}-{value}", {key: (value, U32)})
+        cases += 1
 # The planner's Hugging Face path: an absurd layer count is refused quickly.
 config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
           "num_hidden_layers": 1 << 30, "num_attention_heads": 32, "num_key_value_heads": 4,

@@ -102,13 +102,18 @@ void drain(std::vector<std::shared_ptr<Request>>& reqs) {
         }
 }
 
-TEST(NoAlloc, EngineStepsAllocateNothingOnceDecoding) {
-    const std::string path =
-        (std::filesystem::temp_directory_path() / "headroom-no-alloc-tiny.gguf").string();
+// A dense llama, and a mixture of experts with a shared expert (routing,
+// the grouped matmuls and the gate's sigmoid in every layer).
+class NoAlloc : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(NoAlloc, EngineStepsAllocateNothingOnceDecoding) {
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              (std::string("headroom-no-alloc-") + GetParam() + ".gguf"))
+                                 .string();
     SynthOptions so;
     so.type = TensorType::Q8_0;
     so.progress = false;
-    write_synth_model(find_synth_shape("tiny"), so, path);
+    write_synth_model(find_synth_shape(GetParam()), so, path);
     const auto file = gguf::GgufFile::open(path);
     Ledger ledger;
     kernels::CpuBackend cpu(ledger, 2);
@@ -171,6 +176,14 @@ TEST(NoAlloc, EngineStepsAllocateNothingOnceDecoding) {
     EXPECT_EQ(engine.scheduler().n_running(), 3u);
     std::filesystem::remove(path);
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, NoAlloc, ::testing::Values("tiny", "tiny-qwen2moe"),
+                         [](const auto& info) {
+                             std::string n = info.param;
+                             for (char& c : n)
+                                 if (c == '-') c = '_';
+                             return n;
+                         });
 
 }  // namespace
 }  // namespace headroom

@@ -796,6 +796,10 @@ void add_plan_command(CLI::App& app) {
                     o->n_gpu_layers);
         }
 
+        if (device.vulkan_index && model.desc.hp.n_expert > 0 && !o->json)
+            fmt::print(
+                "note: headroom's Vulkan backend does not run mixtures of experts yet (run and "
+                "serve refuse this model on it): this is the memory it would take\n");
         const Plan plan = evaluate(model, device, s);
         const Capacity cap = capacity(model, device, s);
         // Searching and comparing start from the context the plan resolved.

@@ -1,5 +1,6 @@
 """Shared helpers for the Python test scripts (run by ctest)."""
 import atexit
+import json
 import os
 import shutil
 import subprocess
@@ -42,3 +43,34 @@ def fail_if(cond, message):
 
 def run(args, **kw):
     return subprocess.run(args, capture_output=True, **kw)
+
+
+PLAN_TERMS = ("weights", "kv_cache", "activations", "runtime")
+
+
+def plan_and_ledger(model, flags, tmp):
+    """`plan --json` of the model on the CPU with these engine flags, and the
+    memory report of a short `run` with the same flags."""
+    plan = json.loads(subprocess.run(
+        [headroom_bin(), "plan", model, "--device", "cpu", "--json"] + flags,
+        check=True, capture_output=True, text=True).stdout)
+    report_path = os.path.join(tmp, "report.json")
+    subprocess.run([headroom_bin(), "run", "-m", model, "-p", "hi", "-n", "2", "--temp", "0",
+                    "-q", "--memory-report-json", report_path] + flags,
+                   check=True, capture_output=True)
+    with open(report_path) as f:
+        return plan, json.load(f)
+
+
+def term_mismatches(label, plan, report):
+    """Terms the plan did not predict to the byte of what the engine
+    reserved, each said on stderr; their number."""
+    n = 0
+    for term in PLAN_TERMS:
+        predicted = plan["terms"][term]["bytes"]
+        reserved = report["terms"][term]["reserved_bytes"]
+        if predicted != reserved:
+            print(f"FAIL {label}: {term} planned {predicted}, the engine reserved {reserved}",
+                  file=sys.stderr)
+            n += 1
+    return n

@@ -177,6 +177,18 @@ struct Ops {
     void (*repack)(const Matrix& w, uint8_t* dst, const Context& ctx);
 };
 
+// Ops::matmul_experts as one `matmul` call per group and matrix: the
+// reference's way, and a fast table's for activations it did not quantize.
+inline void matmul_experts_one_by_one(const ExpertGroup* gs, int n_groups, int n_ws, const Acts& x,
+                                      float* const* ys, const Context& ctx,
+                                      void (*matmul)(const Matrix&, const Acts&, float*,
+                                                     const Context&)) {
+    for (int g = 0; g < n_groups; ++g)
+        for (int i = 0; i < n_ws; ++i)
+            matmul(*gs[g].ws[i], acts_rows(x, gs[g].row0, gs[g].n_tok),
+                   ys[i] + gs[g].row0 * gs[g].ws[i]->n_rows, ctx);
+}
+
 // Best backend for this CPU (or HEADROOM_ISA).
 const Ops& ops();
 const Ops& ref_ops();

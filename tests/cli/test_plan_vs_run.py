@@ -4,17 +4,15 @@ really takes, on the default model, for five configurations (context ×
 concurrency × KV dtype). The plan must predict every term of the engine's
 ledger to the byte (the same function sizes both), and plan and ledger must
 both be within 3% of the run's RSS growth."""
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, model_path, fail_if  # noqa: E402
+from testlib import (PLAN_TERMS as TERMS, fail_if, model_path, plan_and_ledger,  # noqa: E402
+                     term_mismatches)
 
 TOLERANCE = 0.03
-TERMS = ("weights", "kv_cache", "activations", "runtime")
 
 # (max_model_len, max_num_seqs, kv_dtype, kv_cache_memory or None for --mem-fraction)
 CONFIGS = [
@@ -35,25 +33,11 @@ for max_len, seqs, kv, pool in CONFIGS:
              "-t", "2"]
     if pool:
         flags += ["--kv-cache-memory", pool]
-    plan = json.loads(subprocess.run(
-        [headroom_bin(), "plan", model, "--device", "cpu", "--json"] + flags,
-        check=True, capture_output=True, text=True).stdout)
     with tempfile.TemporaryDirectory() as tmp:
-        report_path = os.path.join(tmp, "report.json")
-        subprocess.run([headroom_bin(), "run", "-m", model, "-p", "hi", "-n", "2", "--temp", "0",
-                        "-q", "--memory-report-json", report_path] + flags,
-                       check=True, capture_output=True)
-        with open(report_path) as f:
-            report = json.load(f)
+        plan, report = plan_and_ledger(model, flags, tmp)
 
     label = f"{max_len} × {seqs} {kv} {pool or 'mem-fraction'}"
-    for term in TERMS:
-        predicted = plan["terms"][term]["bytes"]
-        reserved = report["terms"][term]["reserved_bytes"]
-        if predicted != reserved:
-            print(f"FAIL {label}: {term} planned {predicted}, the engine reserved {reserved}",
-                  file=sys.stderr)
-            failures += 1
+    failures += term_mismatches(label, plan, report)
     ledger = sum(report["terms"][t]["reserved_bytes"] for t in TERMS)
     if plan["total_bytes"] != ledger:
         print(f"FAIL {label}: plan total {plan['total_bytes']} != ledger {ledger}", file=sys.stderr)

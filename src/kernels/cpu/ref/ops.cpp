@@ -113,10 +113,7 @@ void ref_matmul_n(const Matrix* const* ws, float* const* ys, int n, const Acts& 
 
 void ref_matmul_experts(const ExpertGroup* groups, int n_groups, int n_ws, const Acts& x,
                         float* const* ys, const Context& ctx) {
-    for (int g = 0; g < n_groups; ++g)
-        for (int i = 0; i < n_ws; ++i)
-            ref_matmul(*groups[g].ws[i], acts_rows(x, groups[g].row0, groups[g].n_tok),
-                       ys[i] + groups[g].row0 * groups[g].ws[i]->n_rows, ctx);
+    matmul_experts_one_by_one(groups, n_groups, n_ws, x, ys, ctx, ref_matmul);
 }
 
 uint64_t ref_packed_bytes(const Matrix&) {

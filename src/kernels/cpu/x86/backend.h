@@ -55,10 +55,7 @@ struct Backend {
     static void matmul_experts(const ExpertGroup* gs, int n_groups, int n_ws, const Acts& x,
                                float* const* ys, const Context& ctx) {
         if (x.quantized) return matmul_experts_int<V>(gs, n_groups, n_ws, x, ys, ctx, is_packed);
-        for (int g = 0; g < n_groups; ++g)
-            for (int i = 0; i < n_ws; ++i)
-                matmul(*gs[g].ws[i], acts_rows(x, gs[g].row0, gs[g].n_tok),
-                       ys[i] + gs[g].row0 * gs[g].ws[i]->n_rows, ctx);
+        matmul_experts_one_by_one(gs, n_groups, n_ws, x, ys, ctx, matmul);
     }
 
     static void attend(const AttentionArgs& a, const Context& ctx) {

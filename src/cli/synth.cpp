@@ -23,11 +23,14 @@ void add_synth_command(CLI::App& app) {
     auto* cmd = app.add_subcommand(
         "synth",
         "Write a GGUF of a named shape (llama, qwen2, qwen3, gemma3, or a mixture of experts: "
-        "Mixtral, qwen2moe, qwen3moe) with random weights and a working tokenizer, for "
+        "Mixtral, qwen2moe, qwen3moe, gpt-oss) with random weights and a working tokenizer, for "
         "benchmarks and tests");
     cmd->add_option("shape", o->shape, "Shape: " + shapes)->required();
     cmd->add_option("out", o->out, "Output GGUF file")->required();
-    cmd->add_option("--type", o->type, "Weight type for matrices (norms and routers stay F32)")
+    cmd->add_option(
+           "--type", o->type,
+           "Weight type for matrices (norms, biases and routers stay F32; gpt-oss in mxfp4 "
+           "keeps its non-expert matrices in q8_0, as published)")
         ->capture_default_str();
     cmd->add_option("--seed", o->seed, "Random seed")->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "Threads")->capture_default_str();

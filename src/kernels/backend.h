@@ -39,6 +39,9 @@
 //                   its expert e, for 1 or 2 expert tensors of one type
 //   combine_routed  out (T, n_cols) = Σ_j weight[t, j] · y[row[t, j]]
 //   sigmoid_scale   y[r] *= sigmoid(s[r]) for y (n_rows, n_cols), s (n_rows)
+//   add_expert_bias y[i] += b[e] for each sorted row i of expert e, b (n_expert, n_cols)
+//   swiglu_oai      gate = min(g, L) sigmoid(a min(g, L)) (clamp(up, -L, L) + 1)
+//                   (gpt-oss's experts: alpha a, limit L)
 //   copy_block   dst = src, bytes (forking a KV block); outside a step
 #pragma once
 
@@ -110,6 +113,7 @@ struct AttentionOp {
     uint32_t head_dim_v = 0;
     float scale = 1.0f;   // applied to q·k
     uint32_t window = 0;  // 0: full attention; else keys p - window + 1 .. p
+    Weight sinks;         // (n_head) attention sinks (kernels::AttentionArgs), or absent
 };
 
 // A step's expert routing on a device: the route buffer (kernels/moe.h) and
@@ -273,6 +277,18 @@ class Backend {
         (void)y, (void)s, (void)n_rows, (void)n_cols;
         no_experts();
     }
+    virtual void add_expert_bias(DevPtr y, const Weight& bias, int64_t n_cols, const Routing& r) {
+        (void)y, (void)bias, (void)n_cols, (void)r;
+        no_experts();
+    }
+    virtual void swiglu_oai(DevPtr gate, DevPtr up, int64_t n, float alpha, float limit) {
+        (void)gate, (void)up, (void)n, (void)alpha, (void)limit;
+        no_experts();
+    }
+    // YaRN RoPE (RopeArgs::yarn_factor) and attention sinks
+    // (AttentionOp::sinks): a backend without them refuses models that use
+    // them at load.
+    virtual bool runs_yarn_and_sinks() const { return false; }
 
   protected:
     Backend(Ledger& host_ledger, bool is_host) : host_ledger_(host_ledger), is_host_(is_host) {}

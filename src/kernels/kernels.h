@@ -10,6 +10,8 @@
 // from the activation arena through Context.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -105,6 +107,18 @@ struct RopeArgs {
     float position_scale = 1.0f;          // linear RoPE scaling: theta uses pos × scale
     const float* freq_factors = nullptr;  // (n_rot / 2), divides each frequency (Llama 3.1)
     RopeMode mode = RopeMode::Normal;
+    // YaRN context extension (0: none): pair i's angle blends the plain one
+    // (theta_e) with it divided by the factor (theta_i), theta = theta_i
+    // (1 - r_i) + theta_e r_i, where the ramp r_i falls from 1 to 0 between
+    // the pairs that turn beta_fast and beta_slow times over orig_ctx
+    // positions (rounded out to whole pairs unless !yarn_truncate, as
+    // gpt-oss's reference computes it); cos and sin are scaled by
+    // 1 + 0.1 ln(factor) (rope_yarn_mscale).
+    float yarn_factor = 0.0f;
+    uint32_t yarn_orig_ctx = 0;
+    float yarn_beta_fast = 32.0f;
+    float yarn_beta_slow = 1.0f;
+    bool yarn_truncate = true;
 };
 
 // One forward call's attention for one layer: every token of the step
@@ -126,6 +140,11 @@ struct AttentionArgs {
     uint32_t head_dim_v = 0;
     float scale = 1.0f;   // applied to q·k
     uint32_t window = 0;  // 0: full attention; else keys p - window + 1 .. p
+    // Attention sinks (gpt-oss), (n_head) or null: head h's softmax has one
+    // more logit, sinks[h], that takes weight but carries no value:
+    //   out = sum_j e^(s_j - m) v_j / (sum_j e^(s_j - m) + e^(sinks[h] - m)),
+    //   m = max(max_j s_j, sinks[h]).
+    const float* sinks = nullptr;
 };
 
 struct Ops {
@@ -217,6 +236,21 @@ void rmsnorm(const float* x, const float* w, float weight_offset, float eps, int
 void rope(float* x, int64_t n_tokens, const uint32_t* positions, const RopeArgs& args);
 // The angle rope() turns pair i of a token at `position` by.
 double rope_theta(uint32_t position, uint32_t i, const RopeArgs& args);
+// What rope() scales cos and sin by: 1, or YaRN's 1 + 0.1 ln(factor).
+float rope_yarn_mscale(const RopeArgs& args);
+// Attention's last step for one (token, head): out = acc / l, or with a
+// sink logit (AttentionArgs::sinks) folded into the running max m and sum l.
+inline void attention_finish(const float* acc, float m, float l, const float* sink, uint32_t n,
+                             float* out) {
+    if (!sink) {
+        for (uint32_t i = 0; i < n; ++i) out[i] = acc[i] / l;
+        return;
+    }
+    const float m_new = std::max(m, *sink);
+    const float c = std::exp(m - m_new);
+    const float scale = c / (l * c + std::exp(*sink - m_new));
+    for (uint32_t i = 0; i < n; ++i) out[i] = acc[i] * scale;
+}
 void silu_mul(float* gate, const float* up, int64_t n);
 void gelu_mul(float* gate, const float* up, int64_t n);
 void add(float* x, const float* y, int64_t n);

@@ -89,4 +89,23 @@ void combine_routed(const float* ys, int64_t n_cols, const RouteArgs& r, float* 
     }
 }
 
+void add_expert_bias(float* y, const float* bias, int64_t n_cols, const RouteArgs& r) {
+    const int32_t* start = r.start();
+    for (uint32_t e = 0; e < r.n_expert; ++e) {
+        const float* b = bias + int64_t{e} * n_cols;
+        for (int32_t i = start[e]; i < start[e + 1]; ++i) {
+            float* yi = y + int64_t{i} * n_cols;
+            for (int64_t c = 0; c < n_cols; ++c) yi[c] += b[c];
+        }
+    }
+}
+
+void swiglu_oai(float* gate, const float* up, int64_t n, float alpha, float limit) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = std::min(gate[i], limit);
+        const float u = std::clamp(up[i], -limit, limit);
+        gate[i] = g / (1.0f + std::exp(-alpha * g)) * (u + 1.0f);
+    }
+}
+
 }  // namespace headroom::kernels

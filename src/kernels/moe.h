@@ -22,6 +22,8 @@
 //   h      = silu(xs @ Wgate_e^T) ⊙ (xs @ Wup_e^T)    rows of expert e
 //   ys     = h @ Wdown_e^T                              (T×k, n_embd)
 //   out[t] = Σ_j weight[t, j] · ys[row[t, j]]           (T, n_embd)
+// gpt-oss adds a bias to the router's logits and to each expert's gate, up
+// and down outputs (add_expert_bias), and uses swiglu_oai for silu(·) ⊙ (·).
 #pragma once
 
 #include <cstdint>
@@ -82,5 +84,14 @@ void route_experts(const float* logits, const RouteArgs& r, ExpertGating gating,
 void gather_routed(const float* x, int64_t n_cols, const RouteArgs& r, float* out);
 // out (T, n_cols) = Σ_j weight[t, j] · ys[row[t, j]], j in order.
 void combine_routed(const float* ys, int64_t n_cols, const RouteArgs& r, float* out);
+// y[i] += bias[e] for each sorted row i of expert e; y (T×k, n_cols), bias
+// (n_expert, n_cols): gpt-oss's per-expert biases.
+void add_expert_bias(float* y, const float* bias, int64_t n_cols, const RouteArgs& r);
+// gpt-oss's SwiGLU constants (llama.cpp's and the reference's).
+inline constexpr float kSwigluOaiAlpha = 1.702f;
+inline constexpr float kSwigluOaiLimit = 7.0f;
+// gpt-oss's SwiGLU, n elements: with g = min(gate, limit),
+// u = clamp(up, -limit, limit), gate = g · sigmoid(alpha · g) · (u + 1).
+void swiglu_oai(float* gate, const float* up, int64_t n, float alpha, float limit);
 
 }  // namespace headroom::kernels

@@ -124,10 +124,10 @@ PlanModel plan_model_from_gguf(const std::string& path) {
             "(known: {})",
             path, clipped(hp.arch), names);
     }
-    // read_hparams marks every layer of a windowed non-Gemma-3 model as
-    // sliding; Gemma 2 and gpt-oss alternate, starting with a sliding layer
-    // (llama.cpp: set_swa_pattern(2)).
-    if ((hp.arch == "gemma2" || hp.arch == "gpt-oss") && hp.sliding_window > 0)
+    // read_hparams marks every layer of a windowed model it does not run
+    // (but Gemma 3 and gpt-oss) as sliding; Gemma 2 alternates, starting
+    // with a sliding layer (llama.cpp: set_swa_pattern(2)).
+    if (hp.arch == "gemma2" && hp.sliding_window > 0)
         for (uint32_t il = 0; il < hp.n_layer; ++il) hp.layer_is_swa[il] = il % 2 == 0;
     m.shape.hp = hp;
     m.shape.model_type = hp.arch;

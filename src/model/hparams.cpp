@@ -21,7 +21,7 @@ uint32_t HParams::n_swa_layers() const {
 
 bool is_supported_arch(const std::string& arch) {
     return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3" ||
-           arch == "qwen2moe" || arch == "qwen3moe";
+           arch == "qwen2moe" || arch == "qwen3moe" || arch == "gpt-oss";
 }
 
 namespace {
@@ -83,7 +83,9 @@ void read_experts(const gguf::GgufFile& f, const std::string& a, HParams& hp, co
             f.path(), a);
     hp.n_ff_shexp = opt(a + "expert_shared_feed_forward_length", 0);
     hp.n_ff = std::max(hp.n_ff_exp, hp.n_ff_shexp);
-    hp.expert_weights_norm = hp.arch != "qwen2moe";
+    hp.expert_weights_norm = hp.arch != "qwen2moe" && hp.arch != "gpt-oss";
+    hp.softmax_after_topk = hp.arch == "gpt-oss";
+    hp.swiglu_oai = hp.arch == "gpt-oss";
     if (auto v = f.get_bool(a + "expert_weights_norm")) hp.expert_weights_norm = *v;
 }
 
@@ -101,7 +103,7 @@ HParams read_hparams(const gguf::GgufFile& f, bool for_inference) {
     if (for_inference && !is_supported_arch(hp.arch))
         fail(
             "{}: architecture '{}' is not supported, expected one of llama, qwen2, qwen3, "
-            "gemma3, qwen2moe, qwen3moe",
+            "gemma3, qwen2moe, qwen3moe, gpt-oss",
             f.path(), clipped(hp.arch));
     const std::string a = hp.arch + ".";
     auto req = [&](const std::string& key) { return to_u32(f, key, f.require_uint(key)); };
@@ -159,6 +161,19 @@ HParams read_hparams(const gguf::GgufFile& f, bool for_inference) {
     } else if (f.has(a + "rope.scale_linear")) {
         hp.rope_scale = inverse_factor(a + "rope.scale_linear");
     }
+    if (auto type = f.get_string(a + "rope.scaling.type"); type && *type == "yarn") {
+        hp.yarn_factor = opt_float(a + "rope.scaling.factor", 0.0f, true);
+        if (hp.yarn_factor > 0 && hp.yarn_factor <= 1) hp.yarn_factor = 0;  // extends nothing
+        hp.yarn_orig_ctx = opt(a + "rope.scaling.original_context_length", hp.n_ctx_train);
+        hp.yarn_beta_fast = opt_float(a + "rope.scaling.yarn_beta_fast", 32.0f, false);
+        hp.yarn_beta_slow = opt_float(a + "rope.scaling.yarn_beta_slow", 1.0f, false);
+        hp.yarn_truncate = hp.arch != "gpt-oss";
+        if (hp.yarn_factor > 0 && hp.yarn_orig_ctx == 0)
+            fail(
+                "{}: YaRN RoPE scaling needs {}rope.scaling.original_context_length (or "
+                "context_length) > 0",
+                f.path(), a);
+    }
     read_experts(f, a, hp, opt);
     hp.kv_lora_rank = opt(a + "attention.kv_lora_rank", 0);
     hp.qk_rope_head_dim = opt(a + "rope.dimension_count", 0);
@@ -175,14 +190,18 @@ HParams read_hparams(const gguf::GgufFile& f, bool for_inference) {
     hp.qk_norm = hp.arch == "qwen3" || hp.arch == "qwen3moe" || hp.arch == "gemma3";
 
     hp.layer_is_swa.assign(hp.n_layer, false);
-    if (hp.arch == "gemma3") {
+    if (hp.arch == "gemma3" || hp.arch == "gpt-oss") {
         hp.sliding_window = opt(a + "attention.sliding_window", 0);
-        // Every sixth layer is global (5 local : 1 global) unless the file says otherwise.
-        const uint32_t pattern = opt(a + "attention.sliding_window_pattern", 6);
+        // The last layer of every `pattern` is global: gemma3 has 5 local : 1
+        // global, gpt-oss alternates (even layers local), unless the file
+        // says otherwise.
+        const uint32_t pattern =
+            opt(a + "attention.sliding_window_pattern", hp.arch == "gemma3" ? 6 : 2);
         if (hp.sliding_window > 0 && pattern > 0)
             for (uint32_t il = 0; il < hp.n_layer; ++il)
                 hp.layer_is_swa[il] = (il + 1) % pattern != 0;
-        hp.rope_base_local = opt_float(a + "rope.freq_base_swa", 10000.0f, false);
+        hp.rope_base_local = opt_float(a + "rope.freq_base_swa",
+                                       hp.arch == "gemma3" ? 10000.0f : hp.rope_base, false);
     } else if (auto w = f.get_uint(a + "attention.sliding_window"); w && *w > 0) {
         hp.sliding_window = to_u32(f, a + "attention.sliding_window", *w);
         hp.layer_is_swa.assign(hp.n_layer, true);

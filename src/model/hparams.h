@@ -35,6 +35,13 @@ struct HParams {
     float rope_base = 10000.0f;
     float rope_base_local = 10000.0f;  // gemma3's sliding-window layers
     float rope_scale = 1.0f;           // linear position scaling (1 = none)
+    // YaRN context extension (rope.scaling.type "yarn"; kernels::RopeArgs):
+    // factor 0 = none.
+    float yarn_factor = 0.0f;
+    uint32_t yarn_orig_ctx = 0;
+    float yarn_beta_fast = 32.0f;
+    float yarn_beta_slow = 1.0f;
+    bool yarn_truncate = true;  // false: gpt-oss (its reference's ramp is not rounded)
     RopeStyle rope_style = RopeStyle::Normal;
     bool tied_embeddings = false;  // no output.weight: logits use token_embd
     bool qk_norm = false;          // qwen3, gemma3
@@ -52,6 +59,8 @@ struct HParams {
     uint32_t n_ff_exp = 0;
     uint32_t n_ff_shexp = 0;
     bool expert_weights_norm = false;  // the chosen experts' weights are renormalized to sum 1
+    bool softmax_after_topk = false;   // weights = softmax of the k chosen logits (gpt-oss)
+    bool swiglu_oai = false;           // experts use kernels::swiglu_oai, with biases (gpt-oss)
     // Multi-head latent attention (planner only).
     uint32_t kv_lora_rank = 0;
     uint32_t qk_rope_head_dim = 0;
@@ -65,7 +74,7 @@ struct HParams {
 inline constexpr uint32_t kMaxLayers = 4096;
 
 // Architectures headroom can run (llama with or without experts, qwen2,
-// qwen3, gemma3, qwen2moe, qwen3moe).
+// qwen3, gemma3, qwen2moe, qwen3moe, gpt-oss).
 bool is_supported_arch(const std::string& arch);
 
 // Reads and validates hyperparameters. Throws headroom::Error naming the

@@ -70,16 +70,8 @@ class LlamaModel final : public Model {
                  const ForwardPart& part) const override {
         const auto& h = hp_;
         const int64_t T = step.n_tokens;
-        kernels::RopeArgs rope_q{
-            h.n_head,
-            h.head_dim_k,
-            h.n_rot,
-            h.rope_base,
-            h.rope_scale,
-            nullptr,
-            h.rope_style == RopeStyle::NeoX ? kernels::RopeMode::NeoX : kernels::RopeMode::Normal};
-        kernels::RopeArgs rope_k = rope_q;
-        rope_k.n_head = h.n_head_kv;
+        const kernels::RopeArgs rope_q = rope_args(h.n_head, h.rope_base);
+        const kernels::RopeArgs rope_k = rope_args(h.n_head_kv, h.rope_base);
         kernels::AttentionOp attn = attention_op(buf);
 
         if (part.embed) be.get_rows(w_.tok_embd, step, 1.0f, buf.x);

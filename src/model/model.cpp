@@ -26,13 +26,21 @@ std::unique_ptr<Model> Model::load(const gguf::GgufFile& file, kernels::Backend&
             "{}: a mixture-of-experts model ({} experts), and the {} backend has no "
             "mixture-of-experts kernels yet: run it on the CPU (--device cpu)",
             file.path(), hp.n_expert, n_cpu_layers > 0 ? "GPU" : backend.name());
-    if (hp.n_expert == 0 && hp.arch.ends_with("moe"))
+    if ((hp.yarn_factor > 0 || hp.arch == "gpt-oss") && !backend.runs_yarn_and_sinks())
+        fail(
+            "{}: {} uses {}, which the {} backend has no kernels for yet: run it on the CPU "
+            "(--device cpu)",
+            file.path(), hp.arch,
+            hp.arch == "gpt-oss" ? "attention sinks and YaRN RoPE" : "YaRN RoPE scaling",
+            backend.name());
+    if (hp.n_expert == 0 && (hp.arch.ends_with("moe") || hp.arch == "gpt-oss"))
         fail("{}: a {} model without {}.expert_count", file.path(), hp.arch, hp.arch);
     backend.begin_weights(file.data_section(), file.is_mapped());
     if (n_cpu_layers) cpu->begin_weights(file.data_section(), file.is_mapped());
     std::unique_ptr<Model> m =
-        hp.arch == "gemma3" ? make_gemma3_model(file, std::move(hp), backend, cpu, n_cpu_layers)
-                            : make_llama_model(file, std::move(hp), backend, cpu, n_cpu_layers);
+        hp.arch == "gemma3"    ? make_gemma3_model(file, std::move(hp), backend, cpu, n_cpu_layers)
+        : hp.arch == "gpt-oss" ? make_gpt_oss_model(file, std::move(hp), backend, cpu, n_cpu_layers)
+                               : make_llama_model(file, std::move(hp), backend, cpu, n_cpu_layers);
     if (n_cpu_layers) cpu->end_weights();
     backend.end_weights();
     return m;
@@ -119,6 +127,12 @@ void Model::load_experts(const std::string& p, LayerWeights& l) {
     if (l.gate_exps.type != l.up_exps.type)
         fail("{}: {}ffn_gate_exps is {} but ffn_up_exps is {}: headroom needs one type",
              file_.path(), p, headroom::name(l.gate_exps.type), headroom::name(l.up_exps.type));
+    if (h.swiglu_oai) {
+        l.router_b = vector(p + "ffn_gate_inp.bias", h.n_expert);
+        l.gate_exps_b = vector(p + "ffn_gate_exps.bias", int64_t{h.n_expert} * h.n_ff_exp);
+        l.up_exps_b = vector(p + "ffn_up_exps.bias", int64_t{h.n_expert} * h.n_ff_exp);
+        l.down_exps_b = vector(p + "ffn_down_exps.bias", int64_t{h.n_expert} * h.n_embd);
+    }
     if (h.n_ff_shexp == 0) return;
     l.gate_shexp = matrix(p + "ffn_gate_shexp.weight", h.n_embd, h.n_ff_shexp);
     l.up_shexp = matrix(p + "ffn_up_shexp.weight", h.n_embd, h.n_ff_shexp);
@@ -134,7 +148,11 @@ void Model::moe_ffn(const LayerWeights& l, const kernels::StepView& step, const 
     const int64_t T = step.n_tokens;
     const kernels::Routing r{buf.route, T, h.n_expert, h.n_expert_used};
     project(be, buf.xb, T, {&l.router}, {buf.router});
-    be.route_experts(buf.router, r, kernels::ExpertGating::Softmax, h.expert_weights_norm);
+    if (l.router_b) be.add_bias(buf.router, l.router_b, T);
+    be.route_experts(buf.router, r,
+                     h.softmax_after_topk ? kernels::ExpertGating::SoftmaxOfTopK
+                                          : kernels::ExpertGating::Softmax,
+                     h.expert_weights_norm);
     be.gather_routed(buf.xb, h.n_embd, r, buf.moe_x);
     if (l.gate_shexp) {
         project(be, buf.xb, T, {&l.gate_shexp, &l.up_shexp}, {buf.gate, buf.up});
@@ -147,10 +165,19 @@ void Model::moe_ffn(const LayerWeights& l, const kernels::StepView& step, const 
     const Weight* gate_up[] = {&l.gate_exps, &l.up_exps};
     const kernels::DevPtr gate_up_out[] = {buf.gate, buf.up};
     be.matmul_experts(gate_up, buf.moe_x, r, gate_up_out);
-    be.silu_mul(buf.gate, buf.up, T * h.n_expert_used * h.n_ff_exp);
+    const int64_t n_hidden = T * h.n_expert_used * h.n_ff_exp;
+    if (h.swiglu_oai) {
+        be.add_expert_bias(buf.gate, l.gate_exps_b, h.n_ff_exp, r);
+        be.add_expert_bias(buf.up, l.up_exps_b, h.n_ff_exp, r);
+        be.swiglu_oai(buf.gate, buf.up, n_hidden, kernels::kSwigluOaiAlpha,
+                      kernels::kSwigluOaiLimit);
+    } else {
+        be.silu_mul(buf.gate, buf.up, n_hidden);
+    }
     const Weight* down[] = {&l.down_exps};
     const kernels::DevPtr down_out[] = {buf.moe_x};
     be.matmul_experts(down, buf.gate, r, down_out);
+    if (l.down_exps_b) be.add_expert_bias(buf.moe_x, l.down_exps_b, h.n_embd, r);
     be.combine_routed(buf.moe_x, h.n_embd, r, buf.xb);
     be.add(buf.x, buf.xb, T * h.n_embd);
 }
@@ -192,6 +219,23 @@ void Model::project(kernels::Backend& be, kernels::DevPtr x, int64_t n_tokens,
                     std::initializer_list<const Weight*> ws,
                     std::initializer_list<kernels::DevPtr> ys) {
     be.matmul({ws.begin(), ws.size()}, x, n_tokens, {ys.begin(), ys.size()});
+}
+
+kernels::RopeArgs Model::rope_args(uint32_t n_head, float base) const {
+    const auto& h = hp_;
+    kernels::RopeArgs a;
+    a.n_head = n_head;
+    a.head_dim = h.head_dim_k;
+    a.n_rot = h.n_rot;
+    a.base = base;
+    a.position_scale = h.rope_scale;
+    a.mode = h.rope_style == RopeStyle::NeoX ? kernels::RopeMode::NeoX : kernels::RopeMode::Normal;
+    a.yarn_factor = h.yarn_factor;
+    a.yarn_orig_ctx = h.yarn_orig_ctx;
+    a.yarn_beta_fast = h.yarn_beta_fast;
+    a.yarn_beta_slow = h.yarn_beta_slow;
+    a.yarn_truncate = h.yarn_truncate;
+    return a;
 }
 
 kernels::AttentionOp Model::attention_op(const ForwardBuffers& buf) const {

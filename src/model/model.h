@@ -1,7 +1,8 @@
 // A loaded model: hyperparameters, handles of its weights in a backend (or
 // two: a split model's first layers on the CPU, model/placement.h), and the
 // forward pass of its architecture (one file per family: llama.cpp covers
-// llama / qwen2 / qwen3, gemma3.cpp covers gemma3).
+// llama / qwen2 / qwen3 and their MoE variants, gemma3.cpp covers gemma3,
+// gpt-oss.cpp covers gpt-oss).
 //
 // forward() takes one step's view (tokens of any number of sequences, their
 // block tables), writes their K and V into the KV region, and leaves logits
@@ -32,7 +33,9 @@ struct LayerWeights {
     Weight w_gate, w_up, w_down;
     Weight attn_norm;                      // (n_embd)
     Weight ffn_norm;                       // (n_embd)
-    Weight bq, bk, bv;                     // qwen2 biases, or absent
+    Weight bq, bk, bv;                     // qwen2, gpt-oss biases, or absent
+    Weight bo;                             // (n_embd) gpt-oss: Wo's bias
+    Weight sinks;                          // (n_head) gpt-oss: attention sinks
     Weight q_norm, k_norm;                 // (head_dim_k) qwen3, gemma3
     Weight post_attn_norm, post_ffn_norm;  // (n_embd) gemma3
     Weight rope_freqs;                     // the model's, on this layer's device, or absent
@@ -41,6 +44,9 @@ struct LayerWeights {
     Weight gate_exps, up_exps, down_exps;     // n_expert × (n_ff_exp, n_embd), (n_embd, n_ff_exp)
     Weight gate_shexp, up_shexp, down_shexp;  // the shared expert (Qwen2-MoE), or absent
     Weight shexp_gate;                        // (n_embd): its sigmoid gate's weights
+    // gpt-oss: biases of the router (n_expert) and of each expert's outputs,
+    // (n_expert × n_ff_exp) for gate and up, (n_expert × n_embd) for down.
+    Weight router_b, gate_exps_b, up_exps_b, down_exps_b;
 };
 
 struct ModelWeights {
@@ -122,6 +128,9 @@ class Model {
     static void project(kernels::Backend& be, kernels::DevPtr x, int64_t n_tokens,
                         std::initializer_list<const Weight*> ws,
                         std::initializer_list<kernels::DevPtr> ys);
+    // RoPE of n_head heads of head_dim_k with the model's rotary dimensions,
+    // scaling (linear and YaRN) and pairing, at frequency base `base`.
+    kernels::RopeArgs rope_args(uint32_t n_head, float base) const;
     // Attention of the buffers' q into attn; the caller sets the layer (and
     // the window of a sliding-window layer).
     kernels::AttentionOp attention_op(const ForwardBuffers& buf) const;
@@ -157,5 +166,8 @@ std::unique_ptr<Model> make_llama_model(const gguf::GgufFile& file, HParams hp,
 std::unique_ptr<Model> make_gemma3_model(const gguf::GgufFile& file, HParams hp,
                                          kernels::Backend& backend, kernels::Backend* cpu,
                                          uint32_t n_cpu_layers);
+std::unique_ptr<Model> make_gpt_oss_model(const gguf::GgufFile& file, HParams hp,
+                                          kernels::Backend& backend, kernels::Backend* cpu,
+                                          uint32_t n_cpu_layers);
 
 }  // namespace headroom

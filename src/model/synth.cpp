@@ -20,7 +20,7 @@ namespace headroom {
 
 const std::vector<SynthShape>& synth_shapes() {
     // Published configs: TinyLlama-1.1B, Llama-2-7b, Meta-Llama-3-8B, SmolLM2-135M,
-    // Qwen3-30B-A3B, Qwen1.5-MoE-A2.7B; the "tiny" shapes are for tests
+    // Qwen3-30B-A3B, Qwen1.5-MoE-A2.7B, gpt-oss-20b; the "tiny" shapes are for tests
     // (tiny-256: every width a multiple of 256, so the K types and IQ4_XS
     // hold every matrix).
     static const std::vector<SynthShape> kShapes = {
@@ -47,6 +47,13 @@ const std::vector<SynthShape>& synth_shapes() {
          128, 128, 8, 768},
         {"qwen1.5-moe-a2.7b", "qwen2moe", 151936, 8192, 2048, 24, 16, 16, 5632, 1000000.0f, false,
          0, 0, 0, 60, 4, 1408, 5632},
+        // gpt-oss: heads wider in total than n_embd, even layers in a window
+        // (8 tokens in the tiny one, so a test prompt crosses it), YaRN over
+        // an original context small enough that its blend is not trivial.
+        {"tiny-gpt-oss", "gpt-oss", 512, 256, 64, 2, 4,  2, 64,    150000.0f,
+         false,          8,         2,   32,  8,  2, 64, 0, 32.0f, 64},
+        {"gpt-oss-20b", "gpt-oss", 201088, 131072, 2880, 24, 64,   8, 2880,  150000.0f,
+         false,         128,       2,      64,     32,   4,  2880, 0, 32.0f, 4096},
     };
     return kShapes;
 }
@@ -172,10 +179,19 @@ gguf::GgufWriter make_synth_model(const SynthShape& s, const SynthOptions& opt) 
         if (s.n_ff_exp) w.set_u32(a + ".expert_feed_forward_length", s.n_ff_exp);
         if (s.n_ff_shexp) w.set_u32(a + ".expert_shared_feed_forward_length", s.n_ff_shexp);
     }
+    const bool gpt_oss = s.arch == "gpt-oss";
     if (s.sliding_window) {
         w.set_u32(a + ".attention.sliding_window", s.sliding_window);
-        w.set_u32(a + ".attention.sliding_window_pattern", s.swa_pattern);
-        w.set_f32(a + ".rope.freq_base_swa", 10000.0f);
+        // gpt-oss's alternation is the architecture's (llama.cpp reads no key).
+        if (!gpt_oss) {
+            w.set_u32(a + ".attention.sliding_window_pattern", s.swa_pattern);
+            w.set_f32(a + ".rope.freq_base_swa", 10000.0f);
+        }
+    }
+    if (s.yarn_factor > 0) {
+        w.set_string(a + ".rope.scaling.type", "yarn");
+        w.set_f32(a + ".rope.scaling.factor", s.yarn_factor);
+        w.set_u32(a + ".rope.scaling.original_context_length", s.yarn_orig_ctx);
     }
     w.set_u32(a + ".vocab_size", s.n_vocab);
 
@@ -195,17 +211,25 @@ gguf::GgufWriter make_synth_model(const SynthShape& s, const SynthOptions& opt) 
     auto pool = std::make_shared<ThreadPool>(opt.n_threads);
     uint64_t tensor_index = 0;
     // is_norm: an f32 vector around 1; f32: random weights kept in f32 (a
-    // router, as llama.cpp's quantize keeps it).
+    // router, as llama.cpp's quantize keeps it); bias > 0: an f32 vector in
+    // [-bias, bias) (gpt-oss's biases and sinks; its experts' gate and up
+    // biases reach past the SwiGLU's clamp at 7). gpt-oss in MXFP4 is as
+    // published: the experts MXFP4, the other matrices Q8_0.
     auto add = [&](const std::string& name, std::vector<int64_t> shape, bool is_norm,
-                   bool f32 = false) {
-        const TensorType type = is_norm || f32
+                   bool f32 = false, float bias = 0.0f) {
+        const bool q8_0 =
+            gpt_oss && opt.type == TensorType::MXFP4 && name.find("_exps.") == std::string::npos;
+        const TensorType type = is_norm || f32 || bias > 0
                                     ? TensorType::F32
-                                    : fit_type_to_row(opt.type, static_cast<uint64_t>(shape[0]));
+                                    : fit_type_to_row(q8_0 ? TensorType::Q8_0 : opt.type,
+                                                      static_cast<uint64_t>(shape[0]));
         const uint64_t seed = opt.seed * 1000003ull + tensor_index++;
         const int64_t n_cols = shape[0];
         int64_t n_rows = 1;
         for (size_t d = 1; d < shape.size(); ++d) n_rows *= shape[d];
-        const float amplitude = is_norm ? 0.0f : std::sqrt(3.0f / static_cast<float>(n_cols));
+        const float amplitude = is_norm    ? 0.0f
+                                : bias > 0 ? bias
+                                           : std::sqrt(3.0f / static_cast<float>(n_cols));
         w.add_tensor(name, type, shape, [=](uint8_t* dst) {
             const uint64_t bytes_per_row = row_bytes(type, static_cast<uint64_t>(n_cols));
             // Distinct random rows for small tensors; big ones tile a pool
@@ -230,6 +254,29 @@ gguf::GgufWriter make_synth_model(const SynthShape& s, const SynthOptions& opt) 
     add("token_embd.weight", {s.n_embd, s.n_vocab}, false);
     for (uint32_t il = 0; il < s.n_layer; ++il) {
         const std::string p = fmt::format("blk.{}.", il);
+        if (gpt_oss) {
+            const int64_t F = s.n_ff_exp, X = s.n_expert;
+            add(p + "attn_norm.weight", {s.n_embd}, true);
+            add(p + "attn_q.weight", {s.n_embd, s.n_head * hd}, false);
+            add(p + "attn_k.weight", {s.n_embd, s.n_head_kv * hd}, false);
+            add(p + "attn_v.weight", {s.n_embd, s.n_head_kv * hd}, false);
+            add(p + "attn_q.bias", {s.n_head * hd}, false, false, 0.5f);
+            add(p + "attn_k.bias", {s.n_head_kv * hd}, false, false, 0.5f);
+            add(p + "attn_v.bias", {s.n_head_kv * hd}, false, false, 0.5f);
+            add(p + "attn_output.weight", {s.n_head * hd, s.n_embd}, false);
+            add(p + "attn_output.bias", {s.n_embd}, false, false, 0.5f);
+            add(p + "attn_sinks.weight", {s.n_head}, false, false, 0.5f);
+            add(p + "post_attention_norm.weight", {s.n_embd}, true);
+            add(p + "ffn_gate_inp.weight", {s.n_embd, X}, false, true);
+            add(p + "ffn_gate_inp.bias", {X}, false, false, 0.5f);
+            add(p + "ffn_gate_exps.weight", {s.n_embd, F, X}, false);
+            add(p + "ffn_up_exps.weight", {s.n_embd, F, X}, false);
+            add(p + "ffn_down_exps.weight", {F, s.n_embd, X}, false);
+            add(p + "ffn_gate_exps.bias", {F, X}, false, false, 8.0f);
+            add(p + "ffn_up_exps.bias", {F, X}, false, false, 8.0f);
+            add(p + "ffn_down_exps.bias", {s.n_embd, X}, false, false, 0.5f);
+            continue;
+        }
         add(p + "attn_norm.weight", {s.n_embd}, true);
         add(p + "attn_q.weight", {s.n_embd, s.n_head * hd}, false);
         add(p + "attn_k.weight", {s.n_embd, s.n_head_kv * hd}, false);

@@ -1,5 +1,5 @@
 // Synthetic models: a GGUF of a named shape (llama, qwen2, qwen3, gemma3,
-// and the mixtures of experts llama (Mixtral), qwen2moe, qwen3moe) with random
+// and the mixtures of experts llama (Mixtral), qwen2moe, qwen3moe, gpt-oss) with random
 // weights and a working SentencePiece-style tokenizer (byte fallback, so any
 // text tokenizes). Used by benchmarks (speed does not depend on the weights'
 // values) and by tests (tiny shapes checked against an independent forward).
@@ -24,8 +24,8 @@ struct SynthShape {
     uint32_t n_vocab, n_ctx, n_embd, n_layer, n_head, n_head_kv, n_ff;
     float rope_base;
     bool tied_embeddings;
-    // gemma3 only: local layers attend over `sliding_window` tokens; every
-    // `swa_pattern`-th layer is global.
+    // gemma3, gpt-oss: local layers attend over `sliding_window` tokens;
+    // every `swa_pattern`-th layer is global.
     uint32_t sliding_window = 0;
     uint32_t swa_pattern = 0;
     uint32_t head_dim = 0;  // 0: n_embd / n_head
@@ -36,6 +36,9 @@ struct SynthShape {
     uint32_t n_expert_used = 0;
     uint32_t n_ff_exp = 0;
     uint32_t n_ff_shexp = 0;
+    // YaRN RoPE scaling (gpt-oss): factor (0: none) over orig_ctx positions.
+    float yarn_factor = 0.0f;
+    uint32_t yarn_orig_ctx = 0;
 
     uint32_t head_size() const { return head_dim ? head_dim : n_embd / n_head; }
 };

@@ -4,8 +4,8 @@ made by `headroom synth`, rewritten by the gguf package with one metadata
 value changed. `run` and `plan` must never die of a signal or hang, and must
 refuse what the forward pass cannot use (NaN or negative RoPE base and RMS
 epsilon, a layer count past the file's tensors, a head size the RoPE does not
-fit, expert counts the router cannot use) with one `error:` line that names
-the key. A Hugging Face config with an absurd layer count is refused by
+fit, expert counts the router cannot use, YaRN parameters that are not
+finite or positive) with one `error:` line that names the key. A Hugging Face config with an absurd layer count is refused by
 `plan` the same way."""
 import json
 import math
@@ -28,7 +28,7 @@ reader = GGUFReader(valid)
 def rewrite(dst, changes):
     """Copies the valid model to dst with the metadata in `changes`
     ({key: (value, type[, element type])}) set or replaced."""
-    w = GGUFWriter(dst, "llama", use_temp_file=False)
+    w = GGUFWriter(dst, reader.fields["general.architecture"].contents(), use_temp_file=False)
     for key, field in reader.fields.items():
         if key.startswith("GGUF.") or key == "general.architecture" or key in changes:
             continue
@@ -163,6 +163,31 @@ for key, values in {"llama.expert_count": (2, 7, 9),
     for value in values:
         check(f"{key}-{value}", {key: (value, U32)})
         cases += 1
+# gpt-oss: YaRN RoPE scaling and windows; parameters the rotation cannot
+# use are refused by name, odd but usable ones run or are refused cleanly.
+valid = os.path.join(tmp, "tiny-gpt-oss.gguf")
+subprocess.run([headroom_bin(), "synth", "tiny-gpt-oss", valid, "--type", "mxfp4", "-q"], check=True)
+reader = GGUFReader(valid)
+F32 = T.FLOAT32
+check("gpt-oss-valid", {}, must_run=True)
+cases += 1
+for key, value in (("rope.scaling.factor", math.nan), ("rope.scaling.factor", -2.0),
+                   ("rope.scaling.factor", math.inf), ("rope.scaling.yarn_beta_fast", 0.0),
+                   ("rope.scaling.yarn_beta_slow", math.nan)):
+    check(f"gpt-oss-{key}-{value}", {f"gpt-oss.{key}": (value, F32)}, key)
+    cases += 1
+check("gpt-oss-orig-ctx-0", {"gpt-oss.rope.scaling.original_context_length": (0, U32)},
+      "original_context_length")
+cases += 1
+for key, value in (("rope.scaling.original_context_length", (1 << 32) - 1),
+                   ("attention.sliding_window", (1 << 32) - 1), ("attention.sliding_window", 1),
+                   ("attention.sliding_window_pattern", 0), ("attention.sliding_window_pattern", 1),
+                   ("expert_count", 4), ("expert_used_count", 8)):
+    check(f"gpt-oss-{key}-{value}", {f"gpt-oss.{key}": (value, U32)})
+    cases += 1
+for value in (0.5, 1e30):
+    check(f"gpt-oss-factor-{value}", {"gpt-oss.rope.scaling.factor": (value, F32)}, must_run=True)
+    cases += 1
 # The planner's Hugging Face path: an absurd layer count is refused quickly.
 config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
           "num_hidden_layers": 1 << 30, "num_attention_heads": 32, "num_key_value_heads": 4,

@@ -1,8 +1,9 @@
 // Flash attention of the fast backends against the reference: random K and V
 // in a real KV cache (every dtype, block sizes that do and do not align with
-// the kernels' key tiles, GQA, a sliding window), prefill-shaped and
-// decode-shaped batches; and every (token, head) bit-identical whether it
-// runs alone or with the rest of the batch.
+// the kernels' key tiles, GQA, a sliding window, attention sinks),
+// prefill-shaped and decode-shaped batches; and every (token, head)
+// bit-identical whether it runs alone or with the rest of the batch. Sinks
+// by hand: a token that sees one key gets v · sigmoid(s - sink).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,6 +25,7 @@ using test::TestContext;
 
 struct Shape {
     uint32_t n_head, n_head_kv, head_dim, block_size, window;
+    bool sinks = false;
 };
 
 ModelDesc model_of(const Shape& s) {
@@ -54,6 +56,7 @@ struct CacheFixture {
     std::vector<uint32_t> words = std::vector<uint32_t>(1 << 16);
     StepView step;
     std::vector<float> q;
+    std::vector<float> sinks;  // (n_head)
 
     CacheFixture(const Shape& s, KvDtype dtype, const std::vector<uint32_t>& lens,
                  const std::vector<uint32_t>& n_new, uint32_t seed) {
@@ -98,6 +101,8 @@ struct CacheFixture {
         step = make_step_view(batch, *cache, words);
         q.resize(batch.n_tokens() * s.n_head * s.head_dim);
         for (auto& v : q) v = normal(rng) * 2.0f;
+        sinks.resize(s.n_head);
+        for (auto& v : sinks) v = normal(rng) * 2.0f;
     }
 
     AttentionArgs args(const Shape& s, float* out) const {
@@ -116,6 +121,7 @@ struct CacheFixture {
         a.head_dim_k = a.head_dim_v = s.head_dim;
         a.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
         a.window = s.window;
+        a.sinks = s.sinks ? sinks.data() : nullptr;
         return a;
     }
 };
@@ -127,13 +133,15 @@ bool same_bits(float a, float b) {
 class Attention : public ::testing::TestWithParam<std::tuple<KvDtype, int>> {};
 
 const Shape kShapes[] = {
-    {8, 2, 64, 16, 0},   // GQA 4:1, blocks the size of a tile
-    {4, 4, 32, 4, 0},    // MHA, small blocks: tiles cross blocks
-    {6, 1, 64, 32, 37},  // MQA, a sliding window shorter than the context
-    {4, 2, 128, 16, 0},  // wider heads
-    {4, 1, 256, 8, 29},  // heads as wide as Gemma 3's: one or two tiles per softmax step
-    {4, 2, 256, 8, 29},  // two query heads per KV head (row dot products), a window
-    {2, 2, 96, 16, 37},  // MHA (row dot products), a window, chunks of 32 or 40 keys
+    {8, 2, 64, 16, 0},         // GQA 4:1, blocks the size of a tile
+    {4, 4, 32, 4, 0},          // MHA, small blocks: tiles cross blocks
+    {6, 1, 64, 32, 37},        // MQA, a sliding window shorter than the context
+    {4, 2, 128, 16, 0},        // wider heads
+    {4, 1, 256, 8, 29},        // heads as wide as Gemma 3's: one or two tiles per softmax step
+    {4, 2, 256, 8, 29},        // two query heads per KV head (row dot products), a window
+    {2, 2, 96, 16, 37},        // MHA (row dot products), a window, chunks of 32 or 40 keys
+    {8, 2, 64, 16, 0, true},   // sinks (gpt-oss: 64-wide heads, GQA 8:1 there)
+    {4, 4, 64, 16, 29, true},  // sinks, a window, row dot products
 };
 
 TEST_P(Attention, MatchesTheReferenceAndIsBatchInvariant) {
@@ -178,11 +186,42 @@ TEST_P(Attention, MatchesTheReferenceAndIsBatchInvariant) {
 INSTANTIATE_TEST_SUITE_P(Kv, Attention,
                          ::testing::Combine(::testing::Values(KvDtype::F16, KvDtype::Q8_0,
                                                               KvDtype::BF16, KvDtype::F32),
-                                            ::testing::Range(0, 7)),
+                                            ::testing::Range(0, 9)),
                          [](const auto& info) {
                              return std::string(name(std::get<0>(info.param))) + "_shape" +
                                     std::to_string(std::get<1>(info.param));
                          });
+
+// Position 0 sees only its own key: softmax over (s, sink) puts weight
+// e^s / (e^s + e^sink) = sigmoid(s - sink) on v, and the rest on nothing.
+TEST(AttentionSinks, TakeWeightButCarryNoValue) {
+    const Shape s{4, 2, 64, 16, 0, true};
+    const CacheFixture st(s, KvDtype::F32, {1}, {1}, 5);
+    const KvLayout& kv = st.cache->layout();
+    const uint8_t* base = st.cpu.host(kv.base_of_layer(0));
+    const int32_t block = st.seqs[0].tables[0][0];
+    TestContext tc(3, 256, 64, s.head_dim, s.n_head / s.n_head_kv);
+    std::vector<const Ops*> all = {&ref_ops()};
+    for (const Ops* ops : fast_backends()) all.push_back(ops);
+    for (const Ops* ops : all) {
+        SCOPED_TRACE(ops->name);
+        std::vector<float> out(s.n_head * s.head_dim);
+        ops->attention(st.args(s, out.data()), tc.ctx());
+        for (uint32_t h = 0; h < s.n_head; ++h) {
+            const uint32_t kv_h = h / (s.n_head / s.n_head_kv);
+            const auto* k = reinterpret_cast<const float*>(base + kv.k_offset(0, block, kv_h));
+            const auto* v = reinterpret_cast<const float*>(base + kv.v_offset(0, block, kv_h));
+            double dot = 0;
+            for (uint32_t i = 0; i < s.head_dim; ++i)
+                dot += double{st.q[h * s.head_dim + i]} * k[i];
+            const double score = dot / std::sqrt(static_cast<double>(s.head_dim));
+            const double w = 1 / (1 + std::exp(-(score - st.sinks[h])));
+            for (uint32_t i = 0; i < s.head_dim; ++i)
+                ASSERT_NEAR(out[h * s.head_dim + i], w * v[i], 1e-5 * (1 + std::fabs(v[i])))
+                    << "head " << h << " element " << i;
+        }
+    }
+}
 
 }  // namespace
 }  // namespace headroom::kernels

@@ -104,7 +104,7 @@ TEST(Elementwise, AddAndRopeAreExact) {
 
 // A decode step's calls: one token at a time, the arguments changing between
 // calls as a model's layers change them (another base, position scaling,
-// frequency factors, fewer rotated dims) and the position moving on. Each
+// frequency factors, fewer rotated dims, YaRN) and the position moving on. Each
 // call rotates exactly as the reference does, whatever the one before it.
 TEST(Elementwise, RopeOfOneTokenFollowsEveryChangeOfArguments) {
     HR_REQUIRE_FAST_BACKEND();
@@ -132,6 +132,15 @@ TEST(Elementwise, RopeOfOneTokenFollowsEveryChangeOfArguments) {
     with(3000, [&](RopeArgs& a) { a.freq_factors = factors.data(); });
     with(3000, [&](RopeArgs& a) { a.freq_factors = factors.data(); });
     with(3000, same);
+    with(3000, [](RopeArgs& a) { a.yarn_factor = 32, a.yarn_orig_ctx = 4096; });
+    with(3000, [](RopeArgs& a) { a.yarn_factor = 32, a.yarn_orig_ctx = 4096; });
+    with(3000,
+         [](RopeArgs& a) { a.yarn_factor = 32, a.yarn_orig_ctx = 4096, a.yarn_truncate = false; });
+    with(3000, [](RopeArgs& a) { a.yarn_factor = 32, a.yarn_orig_ctx = 1024; });
+    with(3000,
+         [](RopeArgs& a) { a.yarn_factor = 32, a.yarn_orig_ctx = 1024, a.yarn_beta_fast = 16; });
+    with(3000, [](RopeArgs& a) { a.yarn_factor = 8, a.yarn_orig_ctx = 1024; });
+    with(3000, same);
     const auto q = random_acts(1, n_head * head_dim, 8);
     for (const Ops* ops : fast_backends()) {
         for (size_t c = 0; c < calls.size(); ++c) {
@@ -142,6 +151,31 @@ TEST(Elementwise, RopeOfOneTokenFollowsEveryChangeOfArguments) {
             ops->rope(got.data(), 1, &pos, a, tc.ctx());
             for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
         }
+    }
+}
+
+// gpt-oss's YaRN (64 rotated dims, base 150000, factor 32 over 4096
+// positions): the ramp runs from pair 8.0928 to pair 17.3980 (8 to 18
+// rounded out), so at position 1000 pair 4 keeps its angle 1000 ·
+// 150000^(-8/64), pair 20 is divided by 32, and pair 12 blends them; cos and
+// sin are scaled by 1 + 0.1 ln 32. Angles worked out in Python (double).
+TEST(Elementwise, YarnAnglesByHand) {
+    RopeArgs a{1, 64, 64, 150000.0f, 1.0f, nullptr, RopeMode::NeoX};
+    a.yarn_factor = 32;
+    a.yarn_orig_ctx = 4096;
+    for (const bool truncate : {false, true}) {
+        a.yarn_truncate = truncate;
+        EXPECT_NEAR(rope_theta(1000, 4, a), 225.41800020287084, 1e-9);
+        EXPECT_NEAR(rope_theta(1000, 12, a), truncate ? 7.015713910504387 : 6.79495948973222, 1e-9);
+        EXPECT_NEAR(rope_theta(1000, 20, a), 0.01818833668168956, 1e-12);
+        // A unit vector at dim 12 turns to (cos, sin) × 1.3465736 in dims (12, 44).
+        std::vector<float> x(64, 0.0f);
+        x[12] = 1.0f;
+        const uint32_t pos = 1000;
+        rope(x.data(), 1, &pos, a);
+        const double theta = truncate ? 7.015713910504387 : 6.79495948973222;
+        EXPECT_NEAR(x[12], std::cos(theta) * 1.3465735902799727, 1e-6);
+        EXPECT_NEAR(x[44], std::sin(theta) * 1.3465735902799727, 1e-6);
     }
 }
 

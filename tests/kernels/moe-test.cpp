@@ -107,5 +107,33 @@ TEST(Moe, GatherAndCombineFollowTheSortedOrder) {
     EXPECT_NEAR(w[0], 1 / (1 + std::exp(-4.0)), 1e-6);
 }
 
+// Token 0 to experts 1 and 2, token 1 to experts 0 and 1: sorted rows are
+// (expert 0: token 1), (expert 1: tokens 0, 1), (expert 2: token 0), and
+// each gets its own expert's bias.
+TEST(Moe, ExpertBiasesFollowEachRowsExpert) {
+    Route r(2, 2, 3);
+    const std::vector<float> logits = {0, 2, 1, 2, 1, 0};
+    route_experts(logits.data(), r.args, ExpertGating::Softmax, true);
+    std::vector<float> y(4 * 2, 0.0f);                         // (T×k, n_cols = 2)
+    const std::vector<float> bias = {1, 2, 10, 20, 100, 200};  // (3 experts, 2)
+    add_expert_bias(y.data(), bias.data(), 2, r.args);
+    EXPECT_EQ(y, (std::vector<float>{1, 2, 10, 20, 10, 20, 100, 200}));
+}
+
+// g = min(gate, 7), u = clamp(up, -7, 7), out = g sigmoid(1.702 g) (u + 1):
+// gate 0 gives 0; gate 9 is clamped to 7 (sigmoid(11.914) = 0.99999330);
+// up -9 is clamped to -7, so (u + 1) = -6; gate -1 gives -sigmoid(-1.702)
+// = -0.154204 times (0.5 + 1).
+TEST(Moe, ClampedSwigluByHand) {
+    std::vector<float> gate = {0.0f, 9.0f, 7.0f, -1.0f, 9.0f};
+    const std::vector<float> up = {3.0f, 0.0f, -9.0f, 0.5f, 9.0f};
+    swiglu_oai(gate.data(), up.data(), 5, kSwigluOaiAlpha, kSwigluOaiLimit);
+    EXPECT_EQ(gate[0], 0.0f);
+    EXPECT_NEAR(gate[1], 7 * 0.99999330, 1e-5);
+    EXPECT_NEAR(gate[2], 7 * 0.99999330 * -6, 1e-4);
+    EXPECT_NEAR(gate[3], -0.154204 * 1.5, 1e-5);
+    EXPECT_NEAR(gate[4], 7 * 0.99999330 * 8, 1e-4);
+}
+
 }  // namespace
 }  // namespace headroom::kernels

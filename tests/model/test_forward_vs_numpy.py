@@ -10,7 +10,12 @@ q/k norms, post norms, GELU), each with f32 and quantized weights
 8 experts, 2 per token (Mixtral), qwen3moe (3 of 8, q/k norms, a head size
 that is not n_embd / n_head) and qwen2moe (a shared expert behind a sigmoid
 gate, weights not renormalized), routed here by their definitions: softmax
-over the router's logits, the k largest, renormalized except for qwen2moe."""
+over the router's logits, the k largest, renormalized except for qwen2moe;
+and gpt-oss, written from OpenAI's reference implementation: biases on q, k,
+v, o, the router and every expert; attention sinks; an 8-token window on
+even layers; YaRN RoPE with the reference's unrounded ramp (llama.cpp rounds
+it out to whole pairs); softmax over the k largest router logits; the
+clamped SwiGLU; its experts in MXFP4 among the types."""
 import os
 import subprocess
 import sys
@@ -89,6 +94,8 @@ def forward(meta, W, tokens):
     arch = meta["general.architecture"]
     if arch == "gemma3":
         return forward_gemma3(meta, W, tokens)
+    if arch == "gpt-oss":
+        return forward_gpt_oss(meta, W, tokens)
     n_layer = meta[f"{arch}.block_count"]
     n_head = meta[f"{arch}.attention.head_count"]
     n_kv = meta[f"{arch}.attention.head_count_kv"]
@@ -171,6 +178,78 @@ def forward_gemma3(meta, W, tokens):
     return x @ W["token_embd.weight"].T
 
 
+def yarn_rope(x, positions, base, factor, orig_ctx, beta_fast=32.0, beta_slow=1.0):
+    """gpt-oss's RoPE (NeoX halves): frequencies blended between base^(-2i/d)
+    and that / factor by a ramp between the pairs that turn beta_fast and
+    beta_slow times over orig_ctx positions; cos and sin scaled by the
+    concentration 0.1 ln(factor) + 1."""
+    d = x.shape[-1]
+    half = d // 2
+    freq = base ** (np.arange(0, d, 2) / d)
+    low = half * np.log(orig_ctx / (beta_fast * 2 * np.pi)) / np.log(base)
+    high = half * np.log(orig_ctx / (beta_slow * 2 * np.pi)) / np.log(base)
+    low, high = max(low, 0.0), min(high, d - 1.0)
+    mask = 1 - np.clip((np.arange(half) - low) / (high - low), 0, 1)
+    inv = (1.0 / (factor * freq)) * (1 - mask) + (1.0 / freq) * mask
+    conc = 0.1 * np.log(factor) + 1.0
+    ang = positions[:, None] * inv[None, :]
+    c, s = (np.cos(ang) * conc)[:, None, :], (np.sin(ang) * conc)[:, None, :]
+    a, b = x[..., :half], x[..., half:]
+    return np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
+
+
+def forward_gpt_oss(meta, W, tokens):
+    n_layer = meta["gpt-oss.block_count"]
+    n_head = meta["gpt-oss.attention.head_count"]
+    n_kv = meta["gpt-oss.attention.head_count_kv"]
+    eps = meta["gpt-oss.attention.layer_norm_rms_epsilon"]
+    window = meta["gpt-oss.attention.sliding_window"]
+    base = meta["gpt-oss.rope.freq_base"]
+    factor = meta["gpt-oss.rope.scaling.factor"]
+    orig_ctx = meta["gpt-oss.rope.scaling.original_context_length"]
+    k_used = meta["gpt-oss.expert_used_count"]
+    d = meta["gpt-oss.attention.key_length"]
+    T = len(tokens)
+    x = W["token_embd.weight"][tokens]
+    pos = np.arange(T, dtype=np.float64)
+    i, j = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+    for il in range(n_layer):
+        p = f"blk.{il}."
+        allowed = (j <= i) & ((j > i - window) if il % 2 == 0 else True)
+        mask = np.where(allowed, 0.0, -np.inf)
+        h = rms_norm(x, W[p + "attn_norm.weight"], eps)
+        q = (h @ W[p + "attn_q.weight"].T + W[p + "attn_q.bias"]).reshape(T, n_head, d)
+        k = (h @ W[p + "attn_k.weight"].T + W[p + "attn_k.bias"]).reshape(T, n_kv, d)
+        v = (h @ W[p + "attn_v.weight"].T + W[p + "attn_v.bias"]).reshape(T, n_kv, d)
+        q, k = yarn_rope(q, pos, base, factor, orig_ctx), yarn_rope(k, pos, base, factor, orig_ctx)
+        out = np.zeros((T, n_head, d))
+        sinks = W[p + "attn_sinks.weight"]
+        for hh in range(n_head):
+            kv = hh // (n_head // n_kv)
+            s = q[:, hh, :] @ k[:, kv, :].T / np.sqrt(d) + mask
+            s = np.concatenate([s, np.full((T, 1), sinks[hh])], axis=1)  # the sink's column
+            s = np.exp(s - s.max(axis=1, keepdims=True))
+            s /= s.sum(axis=1, keepdims=True)
+            out[:, hh, :] = s[:, :-1] @ v[:, kv, :]
+        x = x + out.reshape(T, -1) @ W[p + "attn_output.weight"].T + W[p + "attn_output.bias"]
+        h = rms_norm(x, W[p + "post_attention_norm.weight"], eps)
+        g = h @ W[p + "ffn_gate_inp.weight"].T + W[p + "ffn_gate_inp.bias"]
+        f = np.zeros_like(h)
+        for t in range(T):
+            chosen = np.argsort(-g[t], kind="stable")[:k_used]
+            wts = np.exp(g[t, chosen] - g[t, chosen].max())
+            wts /= wts.sum()
+            for e, we in zip(chosen, wts):
+                a = W[p + "ffn_gate_exps.weight"][e] @ h[t] + W[p + "ffn_gate_exps.bias"][e]
+                b = W[p + "ffn_up_exps.weight"][e] @ h[t] + W[p + "ffn_up_exps.bias"][e]
+                a, b = np.minimum(a, 7.0), np.clip(b, -7.0, 7.0)
+                y = (a / (1 + np.exp(-1.702 * a)) * (b + 1)) @ W[p + "ffn_down_exps.weight"][e].T
+                f[t] += we * (y + W[p + "ffn_down_exps.bias"][e])
+        x = x + f
+    x = rms_norm(x, W["output_norm.weight"], eps)
+    return x @ W["output.weight"].T
+
+
 tmp = scratch_dir("headroom-forward-")
 rng = np.random.default_rng(5)
 n_checked = 0
@@ -182,6 +261,7 @@ CASES += [("tiny-256", wtype) for wtype in ["q2_k", "q3_k", "q4_k", "q5_k", "q6_
 CASES += [(shape, wtype) for shape in ["tiny-mixtral", "tiny-qwen3moe", "tiny-qwen2moe"]
           for wtype in ["f32", "q8_0", "q4_0", "iq4_nl", "mxfp4"]]
 CASES += [("tiny-qwen3moe-256", wtype) for wtype in ["q4_k", "q5_k", "q6_k", "q3_k", "iq4_xs"]]
+CASES += [("tiny-gpt-oss", wtype) for wtype in ["f32", "mxfp4", "q8_0", "iq4_nl"]]
 for shape, wtype in CASES:
     path = os.path.join(tmp, f"{shape}-{wtype}.gguf")
     subprocess.run([headroom_bin(), "synth", shape, path, "--type", wtype, "-q", "--seed", "3"], check=True)

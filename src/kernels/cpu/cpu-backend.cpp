@@ -302,6 +302,7 @@ void CpuBackend::attention(const KvLayout& kv, const StepView& step, const Atten
     a.head_dim_v = op.head_dim_v;
     a.scale = op.scale;
     a.window = op.window;
+    a.sinks = op.sinks ? vec(op.sinks) : nullptr;
     ops_.attention(a, ctx_);
 }
 
@@ -374,6 +375,15 @@ void CpuBackend::sigmoid_scale(DevPtr y, DevPtr s, int64_t n_rows, int64_t n_col
         const float g = 1.0f / (1.0f + std::exp(-sf[r]));
         for (int64_t c = 0; c < n_cols; ++c) yf[r * n_cols + c] *= g;
     }
+}
+
+void CpuBackend::add_expert_bias(DevPtr y, const Weight& bias, int64_t n_cols, const Routing& r) {
+    HR_CHECK(bias.n_cols == n_cols * r.n_expert);
+    kernels::add_expert_bias(f32(y), vec(bias), n_cols, route_args(r));
+}
+
+void CpuBackend::swiglu_oai(DevPtr gate, DevPtr up, int64_t n, float alpha, float limit) {
+    kernels::swiglu_oai(f32(gate), f32(up), n, alpha, limit);
 }
 
 }  // namespace headroom::kernels

@@ -89,6 +89,9 @@ class CpuBackend final : public Backend {
                         std::span<const DevPtr> ys) override;
     void combine_routed(DevPtr y, int64_t n_cols, const Routing& r, DevPtr out) override;
     void sigmoid_scale(DevPtr y, DevPtr s, int64_t n_rows, int64_t n_cols) override;
+    void add_expert_bias(DevPtr y, const Weight& bias, int64_t n_cols, const Routing& r) override;
+    void swiglu_oai(DevPtr gate, DevPtr up, int64_t n, float alpha, float limit) override;
+    bool runs_yarn_and_sinks() const override { return true; }
 
   private:
     void count_weight(uint64_t bytes);

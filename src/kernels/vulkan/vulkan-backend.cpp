@@ -711,6 +711,7 @@ uint64_t VulkanBackend::rope_table(const RopeArgs& args, const Weight& factors) 
 
 void VulkanBackend::rope(DevPtr x, const StepView& step, const RopeArgs& args,
                          const Weight& freq_factors) {
+    HR_CHECK_MSG(args.yarn_factor == 0, "YaRN RoPE on a backend without it");
     const uint64_t freqs = rope_table(args, freq_factors);
     RopeShaderArgs a{address(x),  step_address(step.at.positions),
                      freqs,       step.n_tokens,
@@ -742,6 +743,7 @@ void VulkanBackend::store_kv(const KvLayout& kv, uint32_t layer, const StepView&
 
 void VulkanBackend::attention(const KvLayout& kv, const StepView& step, const AttentionOp& op) {
     HR_CHECK_MSG(op.head_dim_k <= 256 && op.head_dim_v <= 256, "heads wider than 256");
+    HR_CHECK_MSG(!op.sinks, "attention sinks on a backend without them");
     const uint32_t g = kv.group_of_layer[op.layer];
     AttentionArgsGpu a{
         address(op.q),

@@ -82,8 +82,8 @@ void ref_attention(const AttentionArgs& a, const Context& ctx) {
                 l = l * correction + weight;
                 m = m_new;
             }
-            float* out = a.out + (t * a.n_head + h) * a.head_dim_v;
-            for (uint32_t i = 0; i < a.head_dim_v; ++i) out[i] = acc[i] / l;
+            attention_finish(acc, m, l, a.sinks ? a.sinks + h : nullptr, a.head_dim_v,
+                             a.out + (t * a.n_head + h) * a.head_dim_v);
         }
     });
 }

@@ -15,8 +15,8 @@
 //                                  the query's valid [first, pos] set to -inf)
 //   m' = max(m, max(s));  c = e^(m - m');  p = e^(s - m') (0 outside)
 //   l = l * c + sum(p);   acc = acc * c + sum_j p_j * v_j   (j in order)
-// out = acc / l. A query's operations depend only on its own position, window
-// and the cached K/V, never on which other tokens share the call.
+// out = acc / l (with a sink, kernels::attention_finish). A query's operations depend only on its
+// own position, window and the cached K/V, never on which other tokens share the call.
 #pragma once
 
 #include <algorithm>
@@ -336,7 +336,12 @@ void attend_run(const AttentionArgs& a, const int32_t* table, uint32_t kv_h, int
     for (int64_t t = t0; t < t1; ++t) {
         for (uint32_t gi = 0; gi < group; ++gi) {
             const float* st = sc.state + ((t - t0) * group + gi) * state_stride;
-            float* out = a.out + (t * a.n_head + kv_h * group + gi) * hv;
+            const uint32_t h = kv_h * group + gi;
+            float* out = a.out + (t * a.n_head + h) * hv;
+            if (a.sinks) {
+                attention_finish(st + 2, st[0], st[1], a.sinks + h, hv, out);
+                continue;
+            }
             const F l = V::fset1(st[1]);
             for (uint32_t d = 0; d < hv; d += L)
                 V::fstore(out + d, V::fdiv(V::fload(st + 2 + d), l));

@@ -144,6 +144,10 @@ struct RopeAngles {
     uint32_t position = 0;
     float base = 0.0f;
     float position_scale = 0.0f;
+    float yarn_factor = 0.0f;
+    uint32_t yarn_orig_ctx = 0;
+    float yarn_beta_fast = 0.0f, yarn_beta_slow = 0.0f;
+    bool yarn_truncate = true;
     uint32_t n_rot = 0;                         // 0: none kept
     static constexpr uint32_t kMaxPairs = 512;  // rope() leaves wider rotations to the reference
     alignas(64) float cs[kMaxPairs];
@@ -153,13 +157,17 @@ struct RopeAngles {
 
     bool holds(uint32_t pos, const RopeArgs& a) const {
         return n_rot == a.n_rot && position == pos && base == a.base &&
-               position_scale == a.position_scale && !a.freq_factors;
+               position_scale == a.position_scale && !a.freq_factors &&
+               yarn_factor == a.yarn_factor && yarn_orig_ctx == a.yarn_orig_ctx &&
+               yarn_beta_fast == a.yarn_beta_fast && yarn_beta_slow == a.yarn_beta_slow &&
+               yarn_truncate == a.yarn_truncate;
     }
     void compute(uint32_t pos, const RopeArgs& a) {
+        const float mscale = rope_yarn_mscale(a);
         for (uint32_t i = 0; i < a.n_rot / 2; ++i) {
             const double theta = rope_theta(pos, i, a);
-            cs[i] = static_cast<float>(std::cos(theta));
-            sn[i] = static_cast<float>(std::sin(theta));
+            cs[i] = static_cast<float>(std::cos(theta)) * mscale;
+            sn[i] = static_cast<float>(std::sin(theta)) * mscale;
             cs2[2 * i] = cs2[2 * i + 1] = cs[i];
             sn2[2 * i] = -sn[i];
             sn2[2 * i + 1] = sn[i];
@@ -167,6 +175,11 @@ struct RopeAngles {
         position = pos;
         base = a.base;
         position_scale = a.position_scale;
+        yarn_factor = a.yarn_factor;
+        yarn_orig_ctx = a.yarn_orig_ctx;
+        yarn_beta_fast = a.yarn_beta_fast;
+        yarn_beta_slow = a.yarn_beta_slow;
+        yarn_truncate = a.yarn_truncate;
         n_rot = a.freq_factors ? 0 : a.n_rot;  // scaled angles are not kept
     }
 };

@@ -177,7 +177,8 @@ TEST_P(NoAlloc, EngineStepsAllocateNothingOnceDecoding) {
     std::filesystem::remove(path);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, NoAlloc, ::testing::Values("tiny", "tiny-qwen2moe"),
+INSTANTIATE_TEST_SUITE_P(Shapes, NoAlloc,
+                         ::testing::Values("tiny", "tiny-qwen2moe", "tiny-gpt-oss"),
                          [](const auto& info) {
                              std::string n = info.param;
                              for (char& c : n)

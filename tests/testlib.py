@@ -74,3 +74,25 @@ def term_mismatches(label, plan, report):
                   file=sys.stderr)
             n += 1
     return n
+
+
+def rewrite_gguf(reader, dst, changes):
+    """Copies the GGUF file `reader` (a gguf.GGUFReader) to dst with the
+    metadata in `changes` ({key: (value, type[, element type])}) set or
+    replaced."""
+    import numpy as np
+    from gguf import GGUFValueType, GGUFWriter
+    w = GGUFWriter(dst, reader.fields["general.architecture"].contents(), use_temp_file=False)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture" or key in changes:
+            continue
+        sub = field.types[1] if field.types[0] == GGUFValueType.ARRAY else None
+        w.add_key_value(key, field.contents(), field.types[0], sub_type=sub)
+    for key, v in changes.items():
+        w.add_key_value(key, v[0], v[1], sub_type=v[2] if len(v) > 2 else None)
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

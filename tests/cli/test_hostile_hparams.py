@@ -13,11 +13,10 @@ import os
 import subprocess
 import sys
 
-import numpy as np
-from gguf import GGUFReader, GGUFValueType as T, GGUFWriter
+from gguf import GGUFReader, GGUFValueType as T
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, fail_if, scratch_dir  # noqa: E402
+from testlib import headroom_bin, fail_if, rewrite_gguf, scratch_dir  # noqa: E402
 
 tmp = scratch_dir("headroom-hparams-")
 valid = os.path.join(tmp, "tiny.gguf")
@@ -26,22 +25,7 @@ reader = GGUFReader(valid)
 
 
 def rewrite(dst, changes):
-    """Copies the valid model to dst with the metadata in `changes`
-    ({key: (value, type[, element type])}) set or replaced."""
-    w = GGUFWriter(dst, reader.fields["general.architecture"].contents(), use_temp_file=False)
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture" or key in changes:
-            continue
-        sub = field.types[1] if field.types[0] == T.ARRAY else None
-        w.add_key_value(key, field.contents(), field.types[0], sub_type=sub)
-    for key, v in changes.items():
-        w.add_key_value(key, v[0], v[1], sub_type=v[2] if len(v) > 2 else None)
-    for t in reader.tensors:
-        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    rewrite_gguf(reader, dst, changes)
 
 
 def headroom(args):

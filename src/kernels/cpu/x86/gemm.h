@@ -245,6 +245,17 @@ HR_KERNEL_INLINE void sub_q6(const typename V::I* w, typename V::I sc, const Tok
         is[t] = kOffset ? V::bcast32(sb + 4 * s) : V::zero();
         il[t] = kOffset && kI16 ? V::bcast32(sb + 64 + 4 * s) : V::zero();
     }
+    if constexpr (V::kPairSums16 && !kI16) {
+        // As block_32: levels <= 63 and |a| <= 127 make a pair sum at most
+        // 16002, so two of them add up exactly in int16 (32004), widened once.
+        for (int g = 0; g < 4; g += 2) {
+            I p16[NR];
+            pair_sums16<V, NR, 2>(w + g, tok, 256 * blk + 16 * s + 4 * g, p16);
+            for (int t = 0; t < NR; ++t) is[t] = V::widen16(is[t], p16[t]);
+        }
+        for (int t = 0; t < NR; ++t) S[t] = V::add(S[t], V::mullo(is[t], sc));
+        return;
+    }
     for (int k = 0; k < 4; ++k) {
         const int64_t at = 256 * blk + 16 * s + 4 * k;
         for (int t = 0; t < NR; ++t) {
@@ -421,12 +432,19 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
             F d;
             for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
             R::scales(src, blk, sc, d);
-            for (int h = 0; h < 2; ++h) {
-                for (int part = 0; part < 2; ++part) {
-                    R::quarter(src, blk, h, part, w);
-                    for (int q = 0; q < 4; ++q) {
-                        const int s = 8 * h + 2 * q + part;
-                        sub_q6<V, NR, kI16>(w + 4 * q, sc[s], tok, blk, s, S, Sl);
+            if constexpr (Src::kRepacked) {
+                for (int s = 0; s < 16; ++s) {
+                    R::sub(src, blk, s, w);
+                    sub_q6<V, NR, kI16>(w, sc[s], tok, blk, s, S, Sl);
+                }
+            } else {
+                for (int h = 0; h < 2; ++h) {
+                    for (int part = 0; part < 2; ++part) {
+                        R::quarter(src, blk, h, part, w);
+                        for (int q = 0; q < 4; ++q) {
+                            const int s = 8 * h + 2 * q + part;
+                            sub_q6<V, NR, kI16>(w + 4 * q, sc[s], tok, blk, s, S, Sl);
+                        }
                     }
                 }
             }

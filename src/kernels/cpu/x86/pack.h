@@ -17,7 +17,8 @@
 // reads a copy made at load time (repack) in which each block of a row group
 // stores exactly those vectors, one after another (block_fields<T>, scales
 // first; Q8_0 weights already as the multiply-adds take them, q8_ready;
-// Q4_K / Q5_K scale bits rearranged to unpack cheaply, repack_scales):
+// Q4_K / Q5_K scale bits rearranged to unpack cheaply, repack_scales; Q6_K
+// weight bits likewise, ReadQ6K::repack_weights):
 // a decode step then streams forward through one run of plain loads.
 // The copy has the original's size, rounded up to whole row groups.
 //
@@ -177,19 +178,13 @@ constexpr auto block_fields() {
         return f;
     }
     if constexpr (T == TensorType::Q6_K) {
-        // Scales and d, then per quarter (ReadQ6K::quarter: h, part) its ql,
-        // ql + 32 and qh vectors.
+        // Scales and d, then the 192 bytes of ql and qh, which the copy holds
+        // re-encoded sub-block by sub-block (ReadQ6K::repack_weights).
         std::array<Field, 17> f{};
         int i = 0;
         for (int k = 0; k < 4; ++k) f[i++] = {K::Dword, static_cast<uint16_t>(192 + 4 * k)};
         f[i++] = {K::Half, 208};
-        for (int h = 0; h < 2; ++h) {
-            for (int part = 0; part < 2; ++part) {
-                f[i++] = {K::Dw4, static_cast<uint16_t>(64 * h + 16 * part)};
-                f[i++] = {K::Dw4, static_cast<uint16_t>(64 * h + 32 + 16 * part)};
-                f[i++] = {K::Dw4, static_cast<uint16_t>(128 + 32 * h + 16 * part)};
-            }
-        }
+        for (int k = 0; k < 12; ++k) f[i++] = {K::Dw4, static_cast<uint16_t>(16 * k)};
         return f;
     }
 }
@@ -283,6 +278,8 @@ HR_KERNEL_INLINE typename V::I q8_ready(typename V::I w) {
 
 template <class V, bool kFive>
 struct ReadQ45K;
+template <class V>
+struct ReadQ6K;
 
 // Writes the repacked copy of one row group: every field of every block, as
 // PackedSrc reads it.
@@ -291,6 +288,15 @@ void repack_group(const RowGroup<V>& g, int64_t n_blocks, uint8_t* dst) {
     const RowsSrc<V, T> src{g};
     for (int64_t b = 0; b < n_blocks; ++b) {
         for (const Field& f : block_fields<T>()) {
+            if constexpr (T == TensorType::Q6_K) {
+                // The weights (offsets 0..191, stored one after another) are
+                // re-encoded together.
+                if (f.kind == FieldKind::Dw4) {
+                    if (f.off == 0) ReadQ6K<V>::repack_weights(g, b, dst);
+                    dst += field_bytes(f.kind) * V::kLanes;
+                    continue;
+                }
+            }
             if (f.kind == FieldKind::Dw4) {
                 typename V::I x[4];
                 src.dw4(b, f.off, x);
@@ -521,6 +527,13 @@ struct ReadQ45K {
 // weights takes the low (q = 0, 1) or high (q = 2, 3) nibbles of
 // ql[64h + 32 (q % 2) + l] and bits 2q, 2q + 1 of qh[32h + l] as bits 4, 5.
 // 16 weights share a scale.
+//
+// The repacked copy holds the same 6 bits a weight in another order, so that
+// a sub-block's 4 vectors take 3 loads and 11 operations instead of 17:
+// sub-block s (elements 16s .. 16s + 15) is 3 vectors of dwords A, B, C
+// whose byte i holds the levels of elements 16s + i, 16s + 4 + i and
+// 16s + 8 + i in bits 0..5, and in bits 6..7 bits 0..1, 2..3 and 4..5 of
+// the level of element 16s + 12 + i.
 template <class V>
 struct ReadQ6K {
     using I = typename V::I;
@@ -538,8 +551,50 @@ struct ReadQ6K {
         d = src.half(b, 208);
     }
 
-    // Half h, weights l in [16 part, 16 part + 16) of each group q: sub-block
-    // 8h + 2q + part, its 4 vectors at w[4q .. 4q + 4).
+    // Writes block b of every row of g in the repacked order (3 × 16
+    // vectors), at dst.
+    static void repack_weights(const RowGroup<V>& g, int64_t b, uint8_t* dst) {
+        for (int r = 0; r < V::kLanes; ++r) {
+            const uint8_t* blk = g.rows[r] + static_cast<uint64_t>(b) * 210;
+            uint8_t level[256];  // 0..63
+            for (int e = 0; e < 256; ++e) {
+                const int h = e / 128, q = e % 128 / 32, l = e % 32;
+                const uint8_t ql = blk[64 * h + 32 * (q % 2) + l];
+                const int low = q < 2 ? ql & 0xF : ql >> 4;
+                const int high = (blk[128 + 32 * h + l] >> (2 * q)) & 3;
+                level[e] = static_cast<uint8_t>(low | high << 4);
+            }
+            for (int s = 0; s < 16; ++s) {
+                uint8_t* out = dst + 3 * s * V::kBytes + 4 * r;
+                for (int i = 0; i < 4; ++i) {
+                    const int top = level[16 * s + 12 + i];
+                    out[i] = static_cast<uint8_t>(level[16 * s + i] | (top & 3) << 6);
+                    out[V::kBytes + i] =
+                        static_cast<uint8_t>(level[16 * s + 4 + i] | (top >> 2 & 3) << 6);
+                    out[2 * V::kBytes + i] =
+                        static_cast<uint8_t>(level[16 * s + 8 + i] | (top >> 4) << 6);
+                }
+            }
+        }
+    }
+
+    // Sub-block s's 4 vectors from the repacked copy.
+    HR_KERNEL_INLINE static void sub(const PackedSrc<V, TensorType::Q6_K>& src, int64_t b, int s,
+                                     I w[4]) {
+        const uint8_t* p = src.at(b, 0) + 3 * s * V::kBytes;
+        const I a = V::load_once(p), bb = V::load_once(p + V::kBytes);
+        const I c = V::load_once(p + 2 * V::kBytes);
+        const I m6 = V::set1_8(0x3F);
+        w[0] = V::and_(a, m6);
+        w[1] = V::and_(bb, m6);
+        w[2] = V::and_(c, m6);
+        w[3] = V::or_(V::or_(V::and_(V::template srl16<6>(a), V::set1_8(0x03)),
+                             V::and_(V::template srl16<4>(bb), V::set1_8(0x0C))),
+                      V::and_(V::template srl16<2>(c), V::set1_8(0x30)));
+    }
+
+    // From the GGUF rows: half h, weights l in [16 part, 16 part + 16) of
+    // each group q: sub-block 8h + 2q + part, its 4 vectors at w[4q .. 4q + 4).
     template <class Src>
     HR_KERNEL_INLINE static void quarter(const Src& src, int64_t b, int h, int part, I w[16]) {
         I la[4], lb[4], qh[4];
@@ -794,13 +849,20 @@ void pack_panel(const Src& src, int64_t b0, int64_t nb, uint8_t* panel) {
             using R = ReadQ6K<V>;
             I w[16], sc[16];
             F d;
-            for (int h = 0; h < 2; ++h) {
-                for (int part = 0; part < 2; ++part) {
-                    R::quarter(src, b, h, part, w);
-                    for (int q = 0; q < 4; ++q) {
-                        const int s = 8 * h + 2 * q + part;  // sub-block: vectors 4s .. 4s + 4
-                        for (int k = 0; k < 4; ++k)
-                            V::store(panel + (4 * s + k) * vb, w[4 * q + k]);
+            if constexpr (Src::kRepacked) {
+                for (int s = 0; s < 16; ++s) {
+                    R::sub(src, b, s, w);
+                    for (int k = 0; k < 4; ++k) V::store(panel + (4 * s + k) * vb, w[k]);
+                }
+            } else {
+                for (int h = 0; h < 2; ++h) {
+                    for (int part = 0; part < 2; ++part) {
+                        R::quarter(src, b, h, part, w);
+                        for (int q = 0; q < 4; ++q) {
+                            const int s = 8 * h + 2 * q + part;  // sub-block: vectors 4s .. 4s + 4
+                            for (int k = 0; k < 4; ++k)
+                                V::store(panel + (4 * s + k) * vb, w[4 * q + k]);
+                        }
                     }
                 }
             }

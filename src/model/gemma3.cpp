@@ -30,12 +30,7 @@ class Gemma3Model final : public Model {
         const int64_t k_dim = int64_t{h.n_head_kv} * h.head_dim_k;
         const int64_t v_dim = int64_t{h.n_head_kv} * h.head_dim_v;
         const int64_t attn_dim = int64_t{h.n_head} * h.head_dim_v;
-        w_.tok_embd = matrix(
-            "token_embd.weight", h.n_embd, h.n_vocab,
-            h.tied_embeddings ? kernels::WeightUse::MatmulAndRows : kernels::WeightUse::Rows);
-        w_.output =
-            h.tied_embeddings ? tied_output() : matrix("output.weight", h.n_embd, h.n_vocab);
-        w_.output_norm = vector("output_norm.weight", h.n_embd);
+        load_embedding_and_output();
         for (uint32_t il = 0; il < h.n_layer; ++il) {
             const std::string p = fmt::format("blk.{}.", il);
             LayerWeights l;

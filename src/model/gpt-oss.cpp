@@ -32,12 +32,7 @@ class GptOssModel final : public Model {
         const int64_t v_dim = int64_t{h.n_head_kv} * h.head_dim_v;
         const int64_t attn_dim = int64_t{h.n_head} * h.head_dim_v;
         if (h.n_expert == 0) fail("{}: a gpt-oss model without gpt-oss.expert_count", file.path());
-        w_.tok_embd = matrix(
-            "token_embd.weight", h.n_embd, h.n_vocab,
-            h.tied_embeddings ? kernels::WeightUse::MatmulAndRows : kernels::WeightUse::Rows);
-        w_.output =
-            h.tied_embeddings ? tied_output() : matrix("output.weight", h.n_embd, h.n_vocab);
-        w_.output_norm = vector("output_norm.weight", h.n_embd);
+        load_embedding_and_output();
         for (uint32_t il = 0; il < h.n_layer; ++il) {
             const std::string p = fmt::format("blk.{}.", il);
             LayerWeights l;

@@ -54,6 +54,15 @@ Model::Model(const gguf::GgufFile& file, HParams hp, kernels::Backend& backend,
       cpu_(n_cpu_layers ? cpu : nullptr),
       n_cpu_layers_(n_cpu_layers) {}
 
+void Model::load_embedding_and_output() {
+    const auto& h = hp_;
+    w_.tok_embd =
+        matrix("token_embd.weight", h.n_embd, h.n_vocab,
+               h.tied_embeddings ? kernels::WeightUse::MatmulAndRows : kernels::WeightUse::Rows);
+    w_.output = h.tied_embeddings ? tied_output() : matrix("output.weight", h.n_embd, h.n_vocab);
+    w_.output_norm = vector("output_norm.weight", h.n_embd);
+}
+
 Weight Model::tied_output() {
     if (!cpu_) return w_.tok_embd;
     return matrix("token_embd.weight", hp_.n_embd, hp_.n_vocab, kernels::WeightUse::Matmul);

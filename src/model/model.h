@@ -116,6 +116,8 @@ class Model {
     // Uploads a vector to the backend(s) model/placement.h puts it on.
     Weight upload_vector(const std::string& name, const float* values, int64_t n,
                          uint64_t stored_bytes);
+    // token_embd, output (or the tied embedding) and output_norm, into w_.
+    void load_embedding_and_output();
     // The output matrix of a model whose embedding is tied: the embedding
     // itself, or (split) its copy on the GPU.
     Weight tied_output();

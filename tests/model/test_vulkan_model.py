@@ -10,15 +10,19 @@ shaders do):
    at every position; the largest |difference| is printed. Prompts longer
    than --max-tokens (default 64) are left to the slow run (--max-tokens 0:
    all of them), as lavapipe computes on this machine's CPU;
-2. greedy 48-token continuations of the ten greedy prompts (tests/data/greedy/),
-   all ten in one batch on each server: identical on at least 9 of 10; where
+2. greedy continuations (--n-predict tokens, default 48) of the greedy
+   prompts (tests/data/greedy/; --max-greedy-prompts of them, default all
+   ten), all in one batch on each server: identical on all but one; where
    one differs, the CPU's top-2 logprobs at the first differing token say by
    how much (a near-tie: below 0.05).
 
 Skipped (exit code 77, which ctest reports as skipped) where this machine has
 no Vulkan device.
 
-  test_vulkan_model.py MODEL [--max-tokens N]"""
+The default test run checks fewer prompts and shorter continuations than the
+slow run (ctest -L slow), which checks them all.
+
+  test_vulkan_model.py MODEL [--max-tokens N] [--max-greedy-prompts N] [--n-predict N]"""
 import argparse
 import concurrent.futures
 import json
@@ -32,7 +36,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from testlib import headroom_bin, model_path, fail_if, scratch_dir  # noqa: E402
 from server.serverlib import Server  # noqa: E402
 
-N_PREDICT = 48
 MAX_TIE_GAP = 0.05
 
 
@@ -45,11 +48,13 @@ args = argparse.ArgumentParser()
 args.add_argument("model")
 args.add_argument("--max-tokens", type=int, default=64)
 args.add_argument("--max-greedy-prompts", type=int, default=0)
+args.add_argument("--n-predict", type=int, default=48)
 args = args.parse_args()
 if not has_vulkan():
     print("SKIPPED: no usable Vulkan device on this machine (headroom devices)")
     sys.exit(77)
 name = args.model
+N_PREDICT = args.n_predict
 path = model_path(name)
 data_dir = os.environ.get("HEADROOM_TEST_DATA", "tests/data")
 tmp = scratch_dir("vulkan-model-")

@@ -14,7 +14,9 @@
 
 Skipped (exit code 77) where this machine has no Vulkan device.
 
-  test_vulkan_split.py MODEL"""
+  test_vulkan_split.py MODEL [--greedy-prompts N]   (default 2; the default
+                                                   test run checks 1)"""
+import argparse
 import json
 import os
 import subprocess
@@ -43,7 +45,11 @@ def has_vulkan():
     return out.returncode == 0 and any(d["usable"] for d in json.loads(out.stdout)["devices"])
 
 
-name = sys.argv[1]
+args = argparse.ArgumentParser()
+args.add_argument("model")
+args.add_argument("--greedy-prompts", type=int, default=2)
+args = args.parse_args()
+name = args.model
 if not has_vulkan():
     print("SKIPPED: no usable Vulkan device on this machine (headroom devices)")
     sys.exit(77)
@@ -52,7 +58,8 @@ tmp = scratch_dir("vulkan-split-")
 data_dir = os.environ.get("HEADROOM_TEST_DATA", "tests/data")
 case = next(c for c in json.load(open(os.path.join(data_dir, "logits", f"{name}.json")))["cases"]
             if len(c["tokens"]) <= 64)
-prompts = [c["prompt"] for c in json.load(open(os.path.join(data_dir, "greedy", f"{name}.json")))["cases"][:2]]
+greedy_cases = json.load(open(os.path.join(data_dir, "greedy", f"{name}.json")))["cases"]
+prompts = [c["prompt"] for c in greedy_cases[:args.greedy_prompts]]
 
 
 def headroom(*cmd, check=True):

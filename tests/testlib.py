@@ -24,6 +24,15 @@ def scratch_dir(prefix):
     return path
 
 
+def skip_without_vulkan():
+    """Exits with 77 (ctest: skipped), saying so, where `headroom devices`
+    lists no usable Vulkan device."""
+    out = subprocess.run([headroom_bin(), "devices", "--json"], capture_output=True, text=True)
+    if out.returncode != 0 or not any(d["usable"] for d in json.loads(out.stdout)["devices"]):
+        print("SKIPPED: no usable Vulkan device on this machine (headroom devices)")
+        sys.exit(77)
+
+
 def model_path(name):
     files = {"smollm2-135m": "SmolLM2-135M-Instruct.Q4_1.gguf",
              "gemma3-270m": "gemma-3-270m-q4_k_m.gguf"}

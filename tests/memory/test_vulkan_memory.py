@@ -20,19 +20,12 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, model_path, fail_if  # noqa: E402
+from testlib import headroom_bin, model_path, fail_if, skip_without_vulkan  # noqa: E402
 
 TERMS = ("weights", "kv_cache", "activations", "runtime")
 
 
-def has_vulkan():
-    out = subprocess.run([headroom_bin(), "devices", "--json"], capture_output=True, text=True)
-    return out.returncode == 0 and any(d["usable"] for d in json.loads(out.stdout)["devices"])
-
-
-if not has_vulkan():
-    print("SKIPPED: no usable Vulkan device on this machine (headroom devices)")
-    sys.exit(77)
+skip_without_vulkan()
 model = model_path("smollm2-135m")
 
 

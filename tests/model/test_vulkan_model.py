@@ -33,15 +33,10 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, model_path, fail_if, scratch_dir  # noqa: E402
+from testlib import headroom_bin, model_path, fail_if, scratch_dir, skip_without_vulkan  # noqa: E402
 from server.serverlib import Server  # noqa: E402
 
 MAX_TIE_GAP = 0.05
-
-
-def has_vulkan():
-    out = subprocess.run([headroom_bin(), "devices", "--json"], capture_output=True, text=True)
-    return out.returncode == 0 and any(d["usable"] for d in json.loads(out.stdout)["devices"])
 
 
 args = argparse.ArgumentParser()
@@ -50,9 +45,7 @@ args.add_argument("--max-tokens", type=int, default=64)
 args.add_argument("--max-greedy-prompts", type=int, default=0)
 args.add_argument("--n-predict", type=int, default=48)
 args = args.parse_args()
-if not has_vulkan():
-    print("SKIPPED: no usable Vulkan device on this machine (headroom devices)")
-    sys.exit(77)
+skip_without_vulkan()
 name = args.model
 N_PREDICT = args.n_predict
 path = model_path(name)

@@ -4,7 +4,6 @@ with the way out (--device cpu), and the same file runs on the CPU: a
 mixture of experts (gpt-oss) and a dense llama whose metadata asks for YaRN
 RoPE scaling. Skipped (exit code 77) where this machine has no Vulkan
 device."""
-import json
 import os
 import subprocess
 import sys
@@ -12,12 +11,9 @@ import sys
 from gguf import GGUFReader, GGUFValueType as T
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, fail_if, rewrite_gguf, scratch_dir  # noqa: E402
+from testlib import headroom_bin, fail_if, rewrite_gguf, scratch_dir, skip_without_vulkan  # noqa: E402
 
-out = subprocess.run([headroom_bin(), "devices", "--json"], capture_output=True, text=True)
-if out.returncode != 0 or not any(d["usable"] for d in json.loads(out.stdout)["devices"]):
-    print("SKIPPED: no usable Vulkan device on this machine (headroom devices)")
-    sys.exit(77)
+skip_without_vulkan()
 
 tmp = scratch_dir("headroom-vulkan-refuses-")
 moe = os.path.join(tmp, "tiny-gpt-oss.gguf")

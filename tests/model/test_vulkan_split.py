@@ -25,7 +25,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, model_path, fail_if, scratch_dir  # noqa: E402
+from testlib import headroom_bin, model_path, fail_if, scratch_dir, skip_without_vulkan  # noqa: E402
 
 TERMS = ("weights", "kv_cache", "activations", "runtime")
 # Device budgets (MiB) from one or two layers on the GPU to all of them.
@@ -40,19 +40,12 @@ N_PREDICT = 24
 LOGIT_TOL = 2.2e-3
 
 
-def has_vulkan():
-    out = subprocess.run([headroom_bin(), "devices", "--json"], capture_output=True, text=True)
-    return out.returncode == 0 and any(d["usable"] for d in json.loads(out.stdout)["devices"])
-
-
 args = argparse.ArgumentParser()
 args.add_argument("model")
 args.add_argument("--greedy-prompts", type=int, default=2)
 args = args.parse_args()
 name = args.model
-if not has_vulkan():
-    print("SKIPPED: no usable Vulkan device on this machine (headroom devices)")
-    sys.exit(77)
+skip_without_vulkan()
 path = model_path(name)
 tmp = scratch_dir("vulkan-split-")
 data_dir = os.environ.get("HEADROOM_TEST_DATA", "tests/data")

@@ -11,7 +11,6 @@ answer equal to a request of its own says the copies are right.
   test_n_choices.py [DEVICE]   cpu (the default) or vulkan; with vulkan,
                                skipped (exit code 77) where there is no device
 """
-import json
 import os
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from serverlib import Server, fail_if, headroom_bin  # noqa: E402
-from testlib import model_path  # noqa: E402
+from testlib import model_path, skip_without_vulkan  # noqa: E402
 
 import openai  # noqa: E402
 
@@ -31,10 +30,7 @@ PROMPT = "Once upon a time, there was a little robot who"
 TOKENS = 16 if DEVICE == "cpu" else 6  # a software Vulkan device is slow
 path = model_path("smollm2-135m")
 if DEVICE != "cpu":
-    out = subprocess.run([headroom_bin(), "devices", "--json"], capture_output=True, text=True)
-    if out.returncode != 0 or not any(d["usable"] for d in json.loads(out.stdout)["devices"]):
-        print("SKIPPED: no usable Vulkan device on this machine (headroom devices)")
-        sys.exit(77)
+    skip_without_vulkan()
 
 with Server(["-m", path, *FLAGS, "--served-model-name", "smollm2", "-q"]) as server:
     client = openai.OpenAI(base_url=server.base + "/v1", api_key="none", max_retries=0)

@@ -23,7 +23,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from serverlib import Server, fail_if, headroom_bin  # noqa: E402
-from testlib import model_path  # noqa: E402
+from testlib import model_path, skip_without_vulkan  # noqa: E402
 
 import gguf  # noqa: E402
 import jinja2  # noqa: E402
@@ -34,11 +34,7 @@ N_TOKENS = 4
 DEVICE = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 MEMORY_FLAGS = ["--max-model-len", "1024", "--kv-cache-memory", "32MiB", "--device", DEVICE]
 if DEVICE != "cpu":
-    import json
-    out = subprocess.run([headroom_bin(), "devices", "--json"], capture_output=True, text=True)
-    if out.returncode != 0 or not any(d["usable"] for d in json.loads(out.stdout)["devices"]):
-        print("SKIPPED: no usable Vulkan device on this machine (headroom devices)")
-        sys.exit(77)
+    skip_without_vulkan()
 
 
 def render_chat(path, messages):

@@ -18,7 +18,8 @@
 // stores exactly those vectors, one after another (block_fields<T>, scales
 // first; Q8_0 weights already as the multiply-adds take them, q8_ready;
 // Q4_K / Q5_K scale bits rearranged to unpack cheaply, repack_scales; Q6_K
-// weight bits likewise, ReadQ6K::repack_weights):
+// weight bits likewise, ReadQ6K::repack_weights; Q5_K high bits as byte masks
+// where the backend has mask registers, ReadQ45K::repack_high_bits):
 // a decode step then streams forward through one run of plain loads.
 // The copy has the original's size, rounded up to whole row groups.
 //
@@ -43,6 +44,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "format/tensor-type.h"
 #include "kernels/act-format.h"
@@ -297,6 +299,15 @@ void repack_group(const RowGroup<V>& g, int64_t n_blocks, uint8_t* dst) {
                     continue;
                 }
             }
+            if constexpr (T == TensorType::Q5_K && V::kByteMasks) {
+                // The high bits (offsets 16..47, stored one after another)
+                // become byte masks.
+                if (f.kind == FieldKind::Dw4 && f.off < 48) {
+                    if (f.off == 16) ReadQ45K<V, true>::repack_high_bits(g, b, dst);
+                    dst += field_bytes(f.kind) * V::kLanes;
+                    continue;
+                }
+            }
             if (f.kind == FieldKind::Dw4) {
                 typename V::I x[4];
                 src.dw4(b, f.off, x);
@@ -495,11 +506,51 @@ struct ReadQ45K {
         dmin = src.half(b, 2);
     }
 
+    // Q5_K's high bits in a repacked copy for a backend with byte masks
+    // (V::kByteMasks): the 32 bytes qh of every row of the group become 64
+    // masks of 64 bits, one for each weight vector pair() makes, in the
+    // order it makes them: mask 16c + k is bit 2c (k < 8) or 2c + 1 (k >= 8)
+    // of qh[4 (k % 8) + j] in bit 4r + j (row r, j < 4). Same size, 512 bytes.
+    static void repack_high_bits(const RowGroup<V>& g, int64_t b, uint8_t* dst) {
+        static_assert(kFive && V::kLanes == 16);
+        uint64_t m[64] = {};
+        for (int r = 0; r < 16; ++r) {
+            const uint8_t* qh =
+                g.rows[r] + static_cast<uint64_t>(b) * block_bytes_of(TensorType::Q5_K) + 16;
+            for (int k = 0; k < 8; ++k) {
+                uint32_t q;
+                std::memcpy(&q, qh + 4 * k, 4);
+                for (int bit = 0; bit < 8; ++bit) {
+                    // Bit `bit` of the 4 bytes, to bits 0..3: x * (2^21 + 2^14 +
+                    // 2^7 + 1) puts byte i's bit 0 (at 8i) alone at 21 + i.
+                    const uint64_t x = q >> bit & 0x01010101u;
+                    const uint64_t four = (x * 0x204081u) >> 21 & 0xF;
+                    m[16 * (bit / 2) + 8 * (bit % 2) + k] |= four << (4 * r);
+                }
+            }
+        }
+        std::memcpy(dst, m, sizeof m);
+    }
+
     // Sub-blocks 2c (w[0..8)) and 2c + 1 (w[8..16)).
     template <class Src>
     HR_KERNEL_INLINE static void pair(const Src& src, int64_t b, int c, I w[16]) {
         const int qs = (kFive ? 48 : 16) + 32 * c;
         const I low4 = V::set1_8(0x0F);
+        if constexpr (kFive && Src::kRepacked && V::kByteMasks) {
+            // Each vector's high bits are a mask: 16 added where it is set.
+            const uint8_t* masks = src.at(b, 16) + 128 * c;
+            const I sixteen = V::set1_8(16);
+            I x[8];
+            src.dw4(b, qs, x);
+            src.dw4(b, qs + 16, x + 4);
+            for (int k = 0; k < 8; ++k) {
+                w[k] = V::add8_where(V::and_(x[k], low4), V::load_mask(masks + 8 * k), sixteen);
+                w[k + 8] = V::add8_where(V::and_(V::template srl16<4>(x[k]), low4),
+                                         V::load_mask(masks + 64 + 8 * k), sixteen);
+            }
+            return;
+        }
         I x[8], h[8];
         if constexpr (kFive) {  // the high bits sit before the nibbles
             src.dw4(b, 16, h);

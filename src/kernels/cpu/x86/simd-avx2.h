@@ -26,6 +26,8 @@ struct Avx2 {
     // dot_u8s8 goes through vpmaddubsw, which saturates pairs at 16 bits:
     // exact only for small weights (4- to 6-bit levels).
     static constexpr bool kExactU8Dot = false;
+    // No mask registers (simd-avx512.h).
+    static constexpr bool kByteMasks = false;
     // Tokens per micro-kernel call (register budget: 16 vectors) and the
     // float kernels' rows x tokens tile.
     // kNr32Int8Small: Q4_0 and Q4_1, whose block sums stay in one int16

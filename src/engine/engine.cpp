@@ -227,6 +227,7 @@ bool Engine::step() {
                                      std::memory_order_relaxed);
     snapshot_dirty_ = true;
     if (out.empty()) {
+        snapshots_.changed();
         update_gauges();
         maybe_snapshot(false);
         return false;
@@ -236,6 +237,7 @@ bool Engine::step() {
     const kernels::Backend& be = runner_.backend();
     store_traffic(be.last_step(), metrics_.last_step);
     store_traffic(be.totals(), metrics_.step_totals);
+    snapshots_.changed();
     update_gauges();
     maybe_snapshot(false);
     return true;

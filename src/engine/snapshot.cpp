@@ -40,7 +40,8 @@ void SnapshotBoard::want(uint64_t detail_id) {
     // An engine that idles builds nothing on its own: nudge it when the
     // reader would otherwise see nothing, or an old state, or not its detail.
     std::shared_ptr<const EngineSnapshot> last = latest();
-    if (!was_wanted || new_detail || !last || now - last->taken > kWantedFor) {
+    if (!was_wanted || new_detail || !last || last->changes < changes() ||
+        now - last->taken > kWantedFor) {
         nudge_.store(true, std::memory_order_release);
         if (waker_) waker_();
     }
@@ -68,6 +69,7 @@ void Engine::maybe_snapshot(bool force) {
 std::shared_ptr<const EngineSnapshot> Engine::build_snapshot(Clock::time_point now) {
     auto snap = std::make_shared<EngineSnapshot>();
     snap->version = ++snapshot_version_;
+    snap->changes = snapshots_.changes();
     snap->taken = now;
     const KvCache& cache = runner_.cache();
     snap->block_size = cache.block_size();

@@ -60,6 +60,7 @@ struct EngineSnapshot {
         std::vector<Seq> seqs;
     };
     uint64_t version = 0;  // increases with every snapshot
+    uint64_t changes = 0;  // the engine's change count it shows (SnapshotBoard::changes)
     std::chrono::steady_clock::time_point taken;
     uint32_t block_size = 0;
     uint64_t n_preemptions = 0;
@@ -81,7 +82,14 @@ class SnapshotBoard {
     // `detail_id` (0: none); wakes the engine if it idles without one.
     void want(uint64_t detail_id);
 
+    // The engine's change count: a snapshot showing at least the count read
+    // before a request shows every state change made before it (a reply
+    // already sent, blocks already freed), never an older state.
+    uint64_t changes() const { return changes_.load(std::memory_order_acquire); }
+
     // The engine.
+    // Its state changed (a step ran): snapshots built from now on show it.
+    void changed() { changes_.fetch_add(1, std::memory_order_acq_rel); }
     bool wanted(std::chrono::steady_clock::time_point now) const;
     uint64_t detail_id() const { return detail_id_.load(std::memory_order_relaxed); }
     // True once after want() found no fresh snapshot: the engine should build one now.
@@ -96,6 +104,7 @@ class SnapshotBoard {
     std::shared_ptr<const EngineSnapshot> latest_;
     std::atomic<int64_t> wanted_until_ns_{0};
     std::atomic<uint64_t> detail_id_{0};
+    std::atomic<uint64_t> changes_{0};
     std::atomic<bool> nudge_{false};
     std::function<void()> waker_;
 };

@@ -249,11 +249,14 @@ void HttpServer::Impl::get_blocks(const httplib::Request& req, httplib::Response
     SnapshotBoard& board = m.engine->snapshots();
     using Clock = std::chrono::steady_clock;
     const auto asked = Clock::now();
-    // A snapshot from before anyone wanted one may show a state long gone,
-    // and one may lack the detail asked for: want() nudged the engine, which
-    // publishes within a step (at once when idle); wait a little for it.
+    // A snapshot may show a state older than this request (a completion
+    // answered since, its blocks freed), or an old one, or lack the detail
+    // asked for: want() nudged the engine, which publishes within a step (at
+    // once when idle); wait a little for it.
+    const uint64_t changes = board.changes();
     auto usable = [&](const std::shared_ptr<const EngineSnapshot>& s) {
-        return s && s->detail_id == detail && asked - s->taken <= kWantedFor;
+        return s && s->detail_id == detail && s->changes >= changes &&
+               asked - s->taken <= kWantedFor;
     };
     board.want(detail);
     const auto deadline = asked + std::chrono::seconds(2);

@@ -395,10 +395,18 @@ TEST(Engine, SnapshotShowsEveryBlockWithItsOwnerOnlyWhileWanted) {
     EXPECT_TRUE(
         std::equal(reqs[0].prompt.begin(), reqs[0].prompt.end(), snap->detail_tokens.begin()));
 
-    // Within kSnapshotInterval of the last one, steps build nothing new.
+    // Within kSnapshotInterval of the last one, steps build nothing new...
     const uint64_t version = snap->version;
+    EXPECT_EQ(snap->changes, s.engine->snapshots().changes());
+    s.engine->snapshots().take_nudge();  // the first want()'s (a server's loop takes it)
     s.engine->step();
     EXPECT_EQ(s.engine->snapshots().latest()->version, version);
+    // ...but the snapshot now shows an older state than the engine's, so a
+    // reader asking again nudges the engine for a new one even though the
+    // last is fresh and has its detail.
+    EXPECT_LT(s.engine->snapshots().latest()->changes, s.engine->snapshots().changes());
+    s.engine->snapshots().want(a->id());
+    EXPECT_TRUE(s.engine->snapshots().take_nudge());
 
     // Once both finish, the last state shows no holder: freed blocks are free or cached.
     TokenEvent ev;

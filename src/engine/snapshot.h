@@ -7,8 +7,9 @@
 // Cost. A snapshot is O(blocks + block-table entries) and is built only while
 // someone reads them: a read marks the board wanted for kWantedFor, and the
 // engine builds at most one per kSnapshotInterval then (and one more when it
-// goes idle, so the last state of a burst is shown). Nobody reading: nothing
-// is built.
+// goes idle, so the last state of a burst is shown), except that a read
+// finding the latest older than the engine's state asks for one at the next
+// step (at most one a step). Nobody reading: nothing is built.
 #pragma once
 
 #include <atomic>

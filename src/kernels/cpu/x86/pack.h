@@ -145,29 +145,26 @@ constexpr auto block_fields() {
         return std::array<Field, 4>{{{K::Half, 0}, {K::Half, 2}, {K::Dword, 4}, {K::Dw4, 8}}};
     if constexpr (T == TensorType::Q8_0)
         return std::array<Field, 3>{{{K::Half, 0}, {K::Dw4, 2}, {K::Dw4, 18}}};
-    if constexpr (T == TensorType::Q5_K && kMasks) {
-        // d, dmin, scales, then per pair c of sub-blocks its masks (in the
-        // bytes of qh dwords 16 + 8c and 20 + 8c) and its nibbles.
-        std::array<Field, 21> f{};
-        int i = 0;
-        f[i++] = {K::Half, 0};
-        f[i++] = {K::Half, 2};
-        for (int k = 0; k < 3; ++k) f[i++] = {K::Dword, static_cast<uint16_t>(4 + 4 * k)};
-        for (int c = 0; c < 4; ++c) {
-            f[i++] = {K::Dword, static_cast<uint16_t>(16 + 8 * c)};
-            f[i++] = {K::Dword, static_cast<uint16_t>(20 + 8 * c)};
-            f[i++] = {K::Dw4, static_cast<uint16_t>(48 + 32 * c)};
-            f[i++] = {K::Dw4, static_cast<uint16_t>(64 + 32 * c)};
-        }
-        return f;
-    } else if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
-        // d, dmin, scales, then (Q5_K) the high bits, then the nibbles.
+    if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
+        // d, dmin, scales, then (Q5_K) the high bits, then the nibbles; with
+        // kMasks, per pair c of sub-blocks its masks (in the bytes of qh
+        // dwords 16 + 8c and 20 + 8c), then its nibbles.
         constexpr bool five = T == TensorType::Q5_K;
-        std::array<Field, five ? 15 : 13> f{};
+        constexpr bool masks = five && kMasks;
+        std::array<Field, masks ? 21 : five ? 15 : 13> f{};
         int i = 0;
         f[i++] = {K::Half, 0};
         f[i++] = {K::Half, 2};
         for (int k = 0; k < 3; ++k) f[i++] = {K::Dword, static_cast<uint16_t>(4 + 4 * k)};
+        if (masks) {
+            for (int c = 0; c < 4; ++c) {
+                f[i++] = {K::Dword, static_cast<uint16_t>(16 + 8 * c)};
+                f[i++] = {K::Dword, static_cast<uint16_t>(20 + 8 * c)};
+                f[i++] = {K::Dw4, static_cast<uint16_t>(48 + 32 * c)};
+                f[i++] = {K::Dw4, static_cast<uint16_t>(64 + 32 * c)};
+            }
+            return f;
+        }
         if (five) {
             f[i++] = {K::Dw4, 16};
             f[i++] = {K::Dw4, 32};

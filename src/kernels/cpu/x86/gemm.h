@@ -81,7 +81,7 @@ HR_KERNEL_INLINE typename V::I dot4(typename V::I acc, typename V::I w, typename
     else if constexpr (kSigned)
         return V::dot_s8s8(acc, w, abs_w, V::bcast32(a));
     else
-        return V::dot_u8s8(acc, w, V::bcast32(a));
+        return V::dot_u8s8_at(acc, w, a);
 }
 
 template <class V, bool kSigned>
@@ -195,8 +195,8 @@ HR_KERNEL_INLINE void sub_q45(const typename V::I* w, typename V::I sc, const To
     for (int k = 0; k < 8; ++k) {
         const int64_t at = 256 * blk + 32 * s + 4 * k;
         for (int t = 0; t < NR; ++t) {
-            is[t] = V::dot_u8s8(is[t], w[k], V::bcast32(tok[t].qs + at));
-            if (kI16) il[t] = V::dot_u8s8(il[t], w[k], V::bcast32(tok[t].lo + at));
+            is[t] = V::dot_u8s8_at(is[t], w[k], tok[t].qs + at);
+            if (kI16) il[t] = V::dot_u8s8_at(il[t], w[k], tok[t].lo + at);
         }
     }
     for (int t = 0; t < NR; ++t) {
@@ -259,8 +259,8 @@ HR_KERNEL_INLINE void sub_q6(const typename V::I* w, typename V::I sc, const Tok
     for (int k = 0; k < 4; ++k) {
         const int64_t at = 256 * blk + 16 * s + 4 * k;
         for (int t = 0; t < NR; ++t) {
-            is[t] = V::dot_u8s8(is[t], w[k], V::bcast32(tok[t].qs + at));
-            if (kI16) il[t] = V::dot_u8s8(il[t], w[k], V::bcast32(tok[t].lo + at));
+            is[t] = V::dot_u8s8_at(is[t], w[k], tok[t].qs + at);
+            if (kI16) il[t] = V::dot_u8s8_at(il[t], w[k], tok[t].lo + at);
         }
     }
     for (int t = 0; t < NR; ++t) {
@@ -511,8 +511,8 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
                 const I wl = V::and_(x[j], low4), wh = V::and_(x[j], high4);
                 for (int t = 0; t < NR; ++t) {
                     const uint8_t* a = tok[t].qs + 32 * blk + 4 * j;
-                    lo[t] = V::dot_u8s8(lo[t], wl, V::bcast32(a));
-                    hi[t] = V::dot_u8s8(hi[t], wh, V::bcast32(a + 16));
+                    lo[t] = V::dot_u8s8_at(lo[t], wl, a);
+                    hi[t] = V::dot_u8s8_at(hi[t], wh, a + 16);
                 }
             }
             for (int t = 0; t < NR; ++t) {

@@ -84,6 +84,8 @@ struct Avx2 {
         return _mm256_add_epi32(
             acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1)));
     }
+    // The same with s8 = the 4 bytes at p in every lane.
+    static I dot_u8s8_at(I acc, I u8, const void* p) { return dot_u8s8(acc, u8, bcast32(p)); }
     // vpmaddubsw alone (int16 pair sums, saturating), their int16 sum, and
     // acc + the int32 sums of pairs of them. For small levels (gemm.h:
     // block_32, sub_q45) several pair sums add up exactly in int16 and are

@@ -205,6 +205,26 @@ HR_KERNEL_INLINE void sub_q45(const typename V::I* w, typename V::I sc, const To
     }
 }
 
+// Sub-block s of Q5_K superblock blk from the five-vector copy
+// (ReadQ45K::sub_x8: w[4..8) are 8 x the levels): S += sc * dot, the scaled
+// half's sum divided by 8 exactly (a multiple of 8, |8 x sum| < 2^19).
+template <class V, int NR>
+HR_KERNEL_INLINE void sub_q5_x8(const typename V::I* w, typename V::I sc, const Tok* tok,
+                                int64_t blk, int s, typename V::I* S) {
+    using I = typename V::I;
+    I lo[NR], hi[NR];
+    for (int t = 0; t < NR; ++t) lo[t] = hi[t] = V::zero();
+    for (int k = 0; k < 4; ++k) {
+        const int64_t at = 256 * blk + 32 * s + 4 * k;
+        for (int t = 0; t < NR; ++t) {
+            lo[t] = V::dot_u8s8_at(lo[t], w[k], tok[t].qs + at);
+            hi[t] = V::dot_u8s8_at(hi[t], w[k + 4], tok[t].qs + at + 16);
+        }
+    }
+    for (int t = 0; t < NR; ++t)
+        S[t] = V::add(S[t], V::mullo(V::add(lo[t], V::template sra<3>(hi[t])), sc));
+}
+
 // The end of a Q4_K / Q5_K superblock (kPairs = 4: 8 sub-blocks) or a Q2_K
 // one (kPairs = 8: 16 sub-blocks): M = sum_s m_s * asum_s, then
 // acc = fma(v, d * da, acc); acc = fma(-M, dmin * da, acc).
@@ -416,6 +436,12 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
                     sub_q45<V, NR, false, false>(w, sc[2 * c + 1], tok, blk, 2 * c + 1, H, Sl);
                 }
                 for (int t = 0; t < NR; ++t) S[t] = V::add(S[t], V::template sra<4>(H[t]));
+            } else if constexpr (T == TensorType::Q5_K && !kI16 && V::kQ5KFiveVectors &&
+                                 Src::kRepacked) {
+                for (int s = 0; s < 8; ++s) {
+                    R::sub_x8(src, blk, s, w);
+                    sub_q5_x8<V, NR>(w, sc[s], tok, blk, s, S);
+                }
             } else {
                 for (int c = 0; c < 4; ++c) {
                     R::pair(src, blk, c, w);

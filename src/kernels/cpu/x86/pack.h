@@ -18,8 +18,8 @@
 // stores exactly those vectors, one after another (block_fields<T>, scales
 // first; Q8_0 weights already as the multiply-adds take them, q8_ready;
 // Q4_K / Q5_K scale bits rearranged to unpack cheaply, repack_scales; Q6_K
-// weight bits likewise, ReadQ6K::repack_weights; Q5_K high bits as byte masks
-// where the backend has mask registers, ReadQ45K::high_bit_masks):
+// weight bits likewise, ReadQ6K::repack_weights, and Q5_K's where the
+// backend multiplies any u8, ReadQ45K::repack_levels):
 // a decode step then streams forward through one run of plain loads.
 // The copy has the original's size, rounded up to whole row groups.
 //
@@ -125,13 +125,12 @@ constexpr uint64_t field_bytes(FieldKind k) {
 // read strictly forward keeps the hardware prefetcher ahead; reading a
 // block's scale after its weights (a step back every block) cost Q8_0 about
 // a fifth of one core's read rate.
-// kMasks: the backend holds Q5_K's high bits as byte masks
-// (ReadQ45K::high_bit_masks), and its copy puts each pair of sub-blocks'
-// 128 bytes of masks just before that pair's 512 bytes of nibbles, so a
-// pair reads straight on. With all 512 bytes of masks first, each pair
-// read from two places in the block, and a decode step's Q5_K products ran
-// 5-6% further below the memory's read rate (2 Zen 4 cores).
-template <TensorType T, bool kMasks = false>
+// kFiveVectors: the backend's Q5_K copy holds the levels sub-block by
+// sub-block (ReadQ45K::repack_levels), in the place of qh and qs. (Had the
+// high bits stayed apart, all before the nibbles, each pair of sub-blocks
+// would read from two places in the block: that ran a decode step's Q5_K
+// products 5-6% further below the memory's read rate on 2 Zen 4 cores.)
+template <TensorType T, bool kFiveVectors = false>
 constexpr auto block_fields() {
     using K = FieldKind;
     if constexpr (T == TensorType::Q4_0 || T == TensorType::IQ4_NL)
@@ -146,31 +145,21 @@ constexpr auto block_fields() {
     if constexpr (T == TensorType::Q8_0)
         return std::array<Field, 3>{{{K::Half, 0}, {K::Dw4, 2}, {K::Dw4, 18}}};
     if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
-        // d, dmin, scales, then (Q5_K) the high bits, then the nibbles; with
-        // kMasks, per pair c of sub-blocks its masks (in the bytes of qh
-        // dwords 16 + 8c and 20 + 8c), then its nibbles.
+        // d, dmin, scales, then (Q5_K) the high bits, then the nibbles. With
+        // kFiveVectors, Q5_K's 160 bytes of qh and qs are one run of the
+        // same size, re-encoded (ReadQ45K::repack_levels).
         constexpr bool five = T == TensorType::Q5_K;
-        constexpr bool masks = five && kMasks;
-        std::array<Field, masks ? 21 : five ? 15 : 13> f{};
+        std::array<Field, five ? 15 : 13> f{};
         int i = 0;
         f[i++] = {K::Half, 0};
         f[i++] = {K::Half, 2};
         for (int k = 0; k < 3; ++k) f[i++] = {K::Dword, static_cast<uint16_t>(4 + 4 * k)};
-        if (masks) {
-            for (int c = 0; c < 4; ++c) {
-                f[i++] = {K::Dword, static_cast<uint16_t>(16 + 8 * c)};
-                f[i++] = {K::Dword, static_cast<uint16_t>(20 + 8 * c)};
-                f[i++] = {K::Dw4, static_cast<uint16_t>(48 + 32 * c)};
-                f[i++] = {K::Dw4, static_cast<uint16_t>(64 + 32 * c)};
-            }
-            return f;
-        }
-        if (five) {
+        if (five && !kFiveVectors) {
             f[i++] = {K::Dw4, 16};
             f[i++] = {K::Dw4, 32};
         }
-        for (int k = 0; k < 8; ++k)
-            f[i++] = {K::Dw4, static_cast<uint16_t>((five ? 48 : 16) + 16 * k)};
+        for (int k = 0; k < (five && kFiveVectors ? 10 : 8); ++k)
+            f[i++] = {K::Dw4, static_cast<uint16_t>((five && !kFiveVectors ? 48 : 16) + 16 * k)};
         return f;
     }
     if constexpr (T == TensorType::Q2_K) {
@@ -215,12 +204,12 @@ constexpr auto block_fields() {
 // the readers index it with constants, so each load's address folds to
 // base + b * block + constant. (GCC did not fold such a search for the K
 // types: their matrix x vector ran at three quarters of the speed from cache.)
-template <TensorType T, int kLanes, bool kMasks>
+template <TensorType T, int kLanes, bool kFiveVectors>
 inline constexpr auto kPackedOffsets = [] {
     std::array<uint32_t, block_bytes_of(T)> at{};
     std::array<bool, block_bytes_of(T)> taken{};
     uint32_t pos = 0;
-    for (const Field& f : block_fields<T, kMasks>()) {
+    for (const Field& f : block_fields<T, kFiveVectors>()) {
         if (taken[f.off]) throw "two fields at one offset";  // stops compilation
         taken[f.off] = true;
         at[f.off] = pos;
@@ -276,7 +265,7 @@ struct PackedSrc {
 
     HR_KERNEL_INLINE const uint8_t* at(int64_t b, int off) const {
         return base + static_cast<uint64_t>(b) * kGroupBlockBytes +
-               kPackedOffsets<T, V::kLanes, V::kByteMasks>[static_cast<size_t>(off)];
+               kPackedOffsets<T, V::kLanes, V::kQ5KFiveVectors>[static_cast<size_t>(off)];
     }
     HR_KERNEL_INLINE void dw4(int64_t b, int off, I x[4]) const {
         const uint8_t* p = at(b, off);
@@ -307,24 +296,17 @@ struct ReadQ6K;
 template <class V, TensorType T>
 void repack_group(const RowGroup<V>& g, int64_t n_blocks, uint8_t* dst) {
     const RowsSrc<V, T> src{g};
-    [[maybe_unused]] uint64_t masks[64];
     for (int64_t b = 0; b < n_blocks; ++b) {
-        for (const Field& f : block_fields<T, V::kByteMasks>()) {
-            if constexpr (T == TensorType::Q6_K) {
-                // The weights (offsets 0..191, stored one after another) are
-                // re-encoded together.
+        for (const Field& f : block_fields<T, V::kQ5KFiveVectors>()) {
+            if constexpr (T == TensorType::Q6_K || (T == TensorType::Q5_K && V::kQ5KFiveVectors)) {
+                // The weights (Q6_K's offsets 0..191, Q5_K's 16..175, stored
+                // one after another) are re-encoded together.
                 if (f.kind == FieldKind::Dw4) {
-                    if (f.off == 0) ReadQ6K<V>::repack_weights(g, b, dst);
-                    dst += field_bytes(f.kind) * V::kLanes;
-                    continue;
-                }
-            }
-            if constexpr (T == TensorType::Q5_K && V::kByteMasks) {
-                // The high bits (offsets 16..47) become byte masks, 64 bytes
-                // in the place of each of their dwords.
-                if (f.kind == FieldKind::Dword && f.off >= 16 && f.off < 48) {
-                    if (f.off == 16) ReadQ45K<V, true>::high_bit_masks(g, b, masks);
-                    std::memcpy(dst, masks + 8 * ((f.off - 16) / 4), 64);
+                    if constexpr (T == TensorType::Q6_K) {
+                        if (f.off == 0) ReadQ6K<V>::repack_weights(g, b, dst);
+                    } else {
+                        if (f.off == 16) ReadQ45K<V, true>::repack_levels(g, b, dst);
+                    }
                     dst += field_bytes(f.kind) * V::kLanes;
                     continue;
                 }
@@ -527,30 +509,60 @@ struct ReadQ45K {
         dmin = src.half(b, 2);
     }
 
-    // Q5_K's high bits in a repacked copy for a backend with byte masks
-    // (V::kByteMasks): the 32 bytes qh of every row of the group become 64
-    // masks of 64 bits, one for each weight vector pair() makes, in the
-    // order it makes them: mask 16c + k is bit 2c (k < 8) or 2c + 1 (k >= 8)
-    // of qh[4 (k % 8) + j] in bit 4r + j (row r, j < 4). Same size, 512
-    // bytes; the copy holds pair c's 16 masks before its nibbles
-    // (block_fields).
-    static void high_bit_masks(const RowGroup<V>& g, int64_t b, uint64_t m[64]) {
-        static_assert(kFive && V::kLanes == 16);
-        std::fill(m, m + 64, uint64_t{0});
-        for (int r = 0; r < 16; ++r) {
-            const uint8_t* qh =
-                g.rows[r] + static_cast<uint64_t>(b) * block_bytes_of(TensorType::Q5_K) + 16;
-            for (int k = 0; k < 8; ++k) {
-                uint32_t q;
-                std::memcpy(&q, qh + 4 * k, 4);
-                for (int bit = 0; bit < 8; ++bit) {
-                    // Bit `bit` of the 4 bytes, to bits 0..3: x * (2^21 + 2^14 +
-                    // 2^7 + 1) puts byte i's bit 0 (at 8i) alone at 21 + i.
-                    const uint64_t x = q >> bit & 0x01010101u;
-                    const uint64_t four = (x * 0x204081u) >> 21 & 0xF;
-                    m[16 * (bit / 2) + 8 * (bit % 2) + k] |= four << (4 * r);
+    // Q5_K's levels in the copy of a backend with kQ5KFiveVectors. The 32
+    // levels of sub-block s (vectors 0..7 of 4 each) are 5 vectors P_4,
+    // P_0, ..., P_3 (in that order, as sub_x8 reads them), byte i of lane r
+    // (row r) holding, with L_k the level of byte i of vector k,
+    //   P_m = L_m | (L_{m+4} >> 2) << 5                  (m < 4)
+    //   P_4 = sum_m (L_{m+4} & 3) << 2m
+    // so that vector m is P_m & 31 and 8 x vector m + 4 is the top 3 bits
+    // of P_m and 2 bits of P_4 shifted in beside them (sub_x8): 16 vector
+    // operations a sub-block where the high bits kept apart as byte masks
+    // took 28, a third more matrix x vector throughput from cache on 2 Zen 4
+    // cores. 8 x 31 = 248 still fits a u8. Same size: the 160 bytes of qh and
+    // qs, in their place.
+    static void repack_levels(const RowGroup<V>& g, int64_t b, uint8_t* dst) {
+        static_assert(kFive);
+        for (int r = 0; r < V::kLanes; ++r) {
+            const uint8_t* blk =
+                g.rows[r] + static_cast<uint64_t>(b) * block_bytes_of(TensorType::Q5_K);
+            for (int s = 0; s < 8; ++s) {
+                // level(e), e < 32: the low (s even) or high nibble of qs
+                // byte 32 (s / 2) + e, plus bit s of qh[e] as 16.
+                const auto level = [&](int e) {
+                    const int nib = blk[48 + 32 * (s / 2) + e] >> (4 * (s % 2)) & 0xF;
+                    return nib | (blk[16 + e] >> s & 1) << 4;
+                };
+                uint8_t* out = dst + 5 * s * V::kBytes + 4 * r;
+                for (int i = 0; i < 4; ++i) {
+                    int p4 = 0;
+                    for (int m = 0; m < 4; ++m) {
+                        const int hi = level(4 * (m + 4) + i);
+                        out[(1 + m) * V::kBytes + i] =
+                            static_cast<uint8_t>(level(4 * m + i) | (hi >> 2) << 5);
+                        p4 |= (hi & 3) << (2 * m);
+                    }
+                    out[i] = static_cast<uint8_t>(p4);
                 }
             }
+        }
+    }
+
+    // Sub-block s of that copy: w[0..4) the levels of vectors 0..3, w[4..8)
+    // 8 x the levels of vectors 4..7.
+    HR_KERNEL_INLINE static void sub_x8(const PackedSrc<V, TensorType::Q5_K>& src, int64_t b, int s,
+                                        I w[8]) {
+        const uint8_t* p = src.at(b, 16) + 5 * s * V::kBytes;
+        const I p4 = V::load_once(p);
+        const I low5 = V::set1_8(0x1F), top3 = V::set1_8(static_cast<int8_t>(0xE0)),
+                bits34 = V::set1_8(0x18);
+        // Bits 2m, 2m + 1 of P_4 to bits 3, 4 (each from its own byte).
+        const I q[4] = {V::template sll<3>(p4), V::template sll<1>(p4), V::template srl<1>(p4),
+                        V::template srl<3>(p4)};
+        for (int m = 0; m < 4; ++m) {
+            const I x = V::load_once(p + (1 + m) * V::kBytes);
+            w[m] = V::and_(x, low5);
+            w[m + 4] = V::or_(V::and_(x, top3), V::and_(q[m], bits34));
         }
     }
 
@@ -559,17 +571,13 @@ struct ReadQ45K {
     HR_KERNEL_INLINE static void pair(const Src& src, int64_t b, int c, I w[16]) {
         const int qs = (kFive ? 48 : 16) + 32 * c;
         const I low4 = V::set1_8(0x0F);
-        if constexpr (kFive && Src::kRepacked && V::kByteMasks) {
-            // Each vector's high bits are a mask: 16 added where it is set.
-            const uint8_t* masks = src.at(b, 16 + 8 * c);
-            const I sixteen = V::set1_8(16);
-            I x[8];
-            src.dw4(b, qs, x);
-            src.dw4(b, qs + 16, x + 4);
-            for (int k = 0; k < 8; ++k) {
-                w[k] = V::add8_where(V::and_(x[k], low4), V::load_mask(masks + 8 * k), sixteen);
-                w[k + 8] = V::add8_where(V::and_(V::template srl16<4>(x[k]), low4),
-                                         V::load_mask(masks + 64 + 8 * k), sixteen);
+        if constexpr (kFive && Src::kRepacked && V::kQ5KFiveVectors) {
+            // The levels, the scaled ones divided by 8 (each byte's top 5 bits).
+            const I low5 = V::set1_8(0x1F);
+            for (int h = 0; h < 2; ++h) {
+                sub_x8(src, b, 2 * c + h, w + 8 * h);
+                for (int k = 4; k < 8; ++k)
+                    w[8 * h + k] = V::and_(V::template srl<3>(w[8 * h + k]), low5);
             }
             return;
         }

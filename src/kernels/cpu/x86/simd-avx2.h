@@ -26,8 +26,9 @@ struct Avx2 {
     // dot_u8s8 goes through vpmaddubsw, which saturates pairs at 16 bits:
     // exact only for small weights (4- to 6-bit levels).
     static constexpr bool kExactU8Dot = false;
-    // No mask registers (simd-avx512.h).
-    static constexpr bool kByteMasks = false;
+    // Q5_K's copy keeps the GGUF order: 8 x a 5-bit level would saturate
+    // vpmaddubsw's pair sums (simd-avx512.h).
+    static constexpr bool kQ5KFiveVectors = false;
     // Tokens per micro-kernel call (register budget: 16 vectors) and the
     // float kernels' rows x tokens tile.
     // kNr32Int8Small: Q4_0 and Q4_1, whose block sums stay in one int16

@@ -26,9 +26,10 @@ struct Avx512 {
     static constexpr bool kExactU8Dot = true;
     // vpdpbusd sums into int32 directly (no int16 pair sums to add first).
     static constexpr bool kPairSums16 = false;
-    // Byte masks in mask registers (Mask, load_mask, add8_where): a repacked
-    // Q5_K copy holds its high bits as one 64-bit mask per weight vector.
-    static constexpr bool kByteMasks = true;
+    // A repacked Q5_K copy holds each sub-block's levels as five vectors,
+    // some taken 8 times over (ReadQ45K::repack_levels): exact here, where
+    // the multiply-adds take any u8.
+    static constexpr bool kQ5KFiveVectors = true;
     // Tokens per micro-kernel call (register budget: 32 vectors) and the
     // float kernels' rows x tokens tile.
     static constexpr int kNr32Int8 = 8, kNr32Int8Small = 8, kNr32Int16 = 6, kNrKInt8 = 6,
@@ -69,15 +70,6 @@ struct Avx512 {
     }
     static I set1(int32_t v) { return _mm512_set1_epi32(v); }
     static I set1_8(int8_t v) { return _mm512_set1_epi8(v); }
-    // One bit per byte of a vector.
-    using Mask = __mmask64;
-    static Mask load_mask(const void* p) {
-        uint64_t m;
-        std::memcpy(&m, p, 8);
-        return _cvtu64_mask64(m);
-    }
-    // a + b in the bytes whose bit of k is set (wrapping), a elsewhere.
-    static I add8_where(I a, Mask k, I b) { return _mm512_mask_add_epi8(a, k, a, b); }
     // acc + sum of 4 products u8 x s8 per int32 lane (exact, no saturation).
     static I dot_u8s8(I acc, I u8, I s8) { return _mm512_dpbusd_epi32(acc, u8, s8); }
     // The same with s8 = the 4 bytes at p in every lane, as one vpdpbusd

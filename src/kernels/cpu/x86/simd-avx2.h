@@ -146,6 +146,10 @@ struct Avx2 {
     static I load_u8(const void* p) {
         return _mm256_cvtepu8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(p)));
     }
+    // kLanes int8 at p, sign-extended to the int32 lanes.
+    static I load_s8(const void* p) {
+        return _mm256_cvtepi8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(p)));
+    }
     static void store_u8(void* p, I a) {
         const __m256i w = _mm256_packus_epi32(a, a);
         const __m256i b = _mm256_packus_epi16(w, w);

@@ -114,6 +114,10 @@ struct Avx512 {
     static I load_u8(const void* p) {
         return _mm512_cvtepu8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p)));
     }
+    // kLanes int8 at p, sign-extended to the int32 lanes.
+    static I load_s8(const void* p) {
+        return _mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+    }
     static void store_u8(void* p, I a) {
         _mm_storeu_si128(static_cast<__m128i*>(p), _mm512_cvtepi32_epi8(a));
     }

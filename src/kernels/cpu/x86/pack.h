@@ -126,10 +126,8 @@ constexpr uint64_t field_bytes(FieldKind k) {
 // block's scale after its weights (a step back every block) cost Q8_0 about
 // a fifth of one core's read rate.
 // kFiveVectors: the backend's Q5_K copy holds the levels sub-block by
-// sub-block (ReadQ45K::repack_levels), in the place of qh and qs. (Had the
-// high bits stayed apart, all before the nibbles, each pair of sub-blocks
-// would read from two places in the block: that ran a decode step's Q5_K
-// products 5-6% further below the memory's read rate on 2 Zen 4 cores.)
+// sub-block (ReadQ45K::repack_levels), in the place of qh and qs, so each
+// sub-block's bits are read in one forward run.
 template <TensorType T, bool kFiveVectors = false>
 constexpr auto block_fields() {
     using K = FieldKind;
@@ -312,19 +310,6 @@ void repack_group(const RowGroup<V>& g, int64_t n_blocks, uint8_t* dst) {
                     continue;
                 }
             }
-            if constexpr (T == TensorType::Q6_K) {
-                // Scale s of every row, kLanes bytes (offsets 192..207, one
-                // after another; a dword read at the last would leave the block).
-                if (f.kind == FieldKind::Byte) {
-                    if (f.off == 192)
-                        for (int sub = 0; sub < 16; ++sub)
-                            for (int r = 0; r < V::kLanes; ++r)
-                                dst[sub * V::kLanes + r] =
-                                    g.rows[r][static_cast<uint64_t>(b) * 210 + 192 + sub];
-                    dst += field_bytes(f.kind) * V::kLanes;
-                    continue;
-                }
-            }
             if (f.kind == FieldKind::Dw4) {
                 typename V::I x[4];
                 src.dw4(b, f.off, x);
@@ -341,7 +326,10 @@ void repack_group(const RowGroup<V>& g, int64_t n_blocks, uint8_t* dst) {
                     V::store(dst, src.dword(b, f.off));
                 }
             } else if (f.kind == FieldKind::Byte) {
-                V::store_u8(dst, src.byte(b, f.off));
+                // One byte of every row, read as a byte: a dword read (RowsSrc::byte)
+                // at one of Q6_K's last scales would leave the block.
+                for (int r = 0; r < V::kLanes; ++r)
+                    dst[r] = g.rows[r][static_cast<uint64_t>(b) * block_bytes_of(T) + f.off];
             } else {
                 V::store_lo16(dst, src.half_bits(b, f.off));
             }

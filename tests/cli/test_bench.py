@@ -4,13 +4,19 @@ reads, counted by hand from the gguf PyPI package's view of the file (every
 layer matrix and the output once, one embedding row, and the sequence's f16 K
 and V). Consistency checks (the program against its own numbers): the fields
 tools read, the means of the runs and each repetition's bandwidth fraction
-recomputed from its own output. And the refusals of nothing to measure."""
+recomputed from its own output. And the refusals of nothing to measure.
+HEADROOM_CPU_PROFILE's table against the same hand count: the weight bytes
+its matmul rows read, and the calls of the per-layer ops, for the number of
+forward steps the bench runs (a warm-up of min(p, 32) + min(n, 4) tokens,
+then each repetition's p + n, one step per prompt and one per token)."""
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
+import time
 
 from gguf import GGUFReader
 
@@ -72,6 +78,45 @@ fail_if(not math.isclose(j["tg_fraction_of_bandwidth"], statistics.mean(j["tg_fr
                          rel_tol=1e-9), "tg_fraction_of_bandwidth is not the mean of its runs")
 fail_if(not math.isclose(j["bandwidth_gbps"], statistics.mean(j["bandwidth_runs"]), rel_tol=1e-9),
         "bandwidth_gbps is not the mean of its runs")
+
+# The profile: one prompt step and one step per generated token, warm-up included.
+P_PROF, N_PROF = 16, 8
+n_forward = (1 + min(N_PROF, 4)) + (1 + N_PROF)
+t0 = time.monotonic()
+r = subprocess.run([headroom_bin(), "bench", "-m", path, "-p", str(P_PROF), "-n", str(N_PROF), "-r", "1",
+                    "--json"], check=True, capture_output=True, text=True,
+                   env={**os.environ, "HEADROOM_CPU_PROFILE": "1"})
+wall_ms = (time.monotonic() - t0) * 1e3
+head = re.search(r"^cpu profile: ([0-9.]+) ms in (\d+) op calls$", r.stderr, re.M)
+fail_if(not head, f"no profile header in stderr: {r.stderr!r}")
+row_re = re.compile(r"^\s+([0-9.]+) ms\s+([0-9.]+)% +(\d+) calls  ([^:\n]+?)(?:: ([0-9.]+) MB of weights read, "
+                    r"([0-9.]+) GB/s)?$", re.M)
+rows = {m.group(4): m for m in row_re.finditer(r.stderr)}
+fail_if(not rows, f"no profile rows: {r.stderr!r}")
+calls = {name: int(m.group(3)) for name, m in rows.items()}
+fail_if(sum(calls.values()) != int(head.group(2)), "the rows' calls do not add up to the header's")
+fail_if(not math.isclose(sum(float(m.group(1)) for m in rows.values()), float(head.group(1)),
+                         abs_tol=0.05 * len(rows) + 0.05), "the rows' times do not add up to the header's")
+fail_if(float(head.group(1)) > wall_ms, f"ops took {head.group(1)} ms in a {wall_ms:.0f} ms process")
+for name, want in (("attention", n_layer * n_forward), ("rmsnorm", (2 * n_layer + 1) * n_forward),
+                   ("embedding rows", n_forward), ("store K/V", n_layer * n_forward)):
+    fail_if(calls.get(name) != want, f"profile: {name} {calls.get(name)} calls, {want} by hand")
+matmul_rows = {name: m for name, m in rows.items() if name.startswith("matmul ")}
+file_types = {t.tensor_type.name for t in ref.tensors}
+for name, m in matmul_rows.items():
+    kind = re.fullmatch(r"matmul (\w+), (1 token|batch)", name)
+    fail_if(not kind or kind.group(1) not in file_types, f"profile row {name!r}: not a type of the file")
+    fail_if(m.group(5) is None, f"profile row {name!r} without its weight bytes")
+read_mb = sum(float(m.group(5)) for m in matmul_rows.values())
+# Every layer matrix and the output once a step (the embedding row is no matmul's).
+want_mb = n_forward * (weights - int(embd.n_bytes) // n_vocab) / 1e6
+fail_if(abs(read_mb - want_mb) > 0.05 * len(matmul_rows) + 1e-6,
+        f"profile: the matmuls read {read_mb} MB, {want_mb:.2f} MB by hand")
+for env in ({}, {"HEADROOM_CPU_PROFILE": "0"}):
+    r = subprocess.run([headroom_bin(), "bench", "-m", path, "-p", "4", "-n", "2", "-r", "1",
+                        "--json"], check=True, capture_output=True, text=True,
+                       env={**{k: v for k, v in os.environ.items() if k != "HEADROOM_CPU_PROFILE"}, **env})
+    fail_if("cpu profile" in r.stderr, f"a profile without HEADROOM_CPU_PROFILE=1 ({env})")
 
 # Nothing to measure is refused with the reason.
 r = subprocess.run([headroom_bin(), "bench", "-m", path, "-p", "0", "-n", "0"], capture_output=True,

@@ -4,8 +4,12 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <string_view>
 #include <utility>
 
 #include "core/check.h"
@@ -24,7 +28,84 @@ uint64_t pack_size(uint64_t n) {
     return (n + kPackAlign - 1) / kPackAlign * kPackAlign;
 }
 
+// A matmul's profile row: the weight type, and a decode step's single token
+// apart from batches.
+std::string matmul_row(TensorType type, int64_t n_tokens) {
+    return fmt::format("matmul {}, {}", name(type), n_tokens == 1 ? "1 token" : "batch");
+}
+
 }  // namespace
+
+// HEADROOM_CPU_PROFILE: wall time per op (the calling thread's, from the call
+// to the return, the pool's work included), a row per op name. Matmul rows
+// also count the weight bytes they read, so that their read rate stands
+// beside the machine's (`headroom bench`): what a decode step spends outside
+// the matmuls, and how fast the matmuls stream, explain its fraction of the
+// read bandwidth.
+class CpuBackend::Profile {
+  public:
+    struct Row {
+        double seconds = 0;
+        uint64_t calls = 0;
+        uint64_t bytes = 0;  // weights read (matmuls)
+    };
+
+    Row& row(std::string_view name) {
+        auto it = rows_.find(name);
+        if (it == rows_.end()) it = rows_.emplace(std::string(name), Row{}).first;
+        return it->second;
+    }
+
+    // Slowest first, to stderr.
+    void print() const {
+        double total = 0;
+        uint64_t calls = 0;
+        std::vector<std::pair<double, std::string>> lines;
+        for (const auto& [name, r] : rows_) {
+            total += r.seconds;
+            calls += r.calls;
+        }
+        for (const auto& [name, r] : rows_) {
+            std::string line =
+                fmt::format("{:>10.1f} ms {:>5.1f}% {:>8} calls  {}", r.seconds * 1e3,
+                            total > 0 ? 100 * r.seconds / total : 0.0, r.calls, name);
+            if (r.bytes)
+                line += fmt::format(": {:.1f} MB of weights read, {:.1f} GB/s", r.bytes / 1e6,
+                                    r.seconds > 0 ? r.bytes / r.seconds / 1e9 : 0.0);
+            lines.emplace_back(r.seconds, std::move(line));
+        }
+        std::sort(lines.rbegin(), lines.rend());
+        fmt::print(stderr, "cpu profile: {:.1f} ms in {} op calls\n", total * 1e3, calls);
+        for (const auto& l : lines) fmt::print(stderr, "  {}\n", l.second);
+    }
+
+  private:
+    std::map<std::string, Row, std::less<>> rows_;
+};
+
+// Adds the time its scope takes to the profile's row `name` (no profile:
+// nothing, not even a clock read).
+class CpuBackend::Timed {
+  public:
+    Timed(Profile* p, std::string_view name, uint64_t bytes = 0) {
+        if (!p) return;
+        row_ = &p->row(name);
+        row_->bytes += bytes;
+        t0_ = Clock::now();
+    }
+    ~Timed() {
+        if (!row_) return;
+        row_->seconds += std::chrono::duration<double>(Clock::now() - t0_).count();
+        ++row_->calls;
+    }
+    Timed(const Timed&) = delete;
+    Timed& operator=(const Timed&) = delete;
+
+  private:
+    using Clock = std::chrono::steady_clock;
+    Profile::Row* row_ = nullptr;
+    Clock::time_point t0_;
+};
 
 CpuBackend::CpuBackend(Ledger& host, int n_threads, const Ops* ops)
     : Backend(host, true),
@@ -32,9 +113,12 @@ CpuBackend::CpuBackend(Ledger& host, int n_threads, const Ops* ops)
       pool_(n_threads),
       groups_(kMaxExperts) {
     ctx_.pool = &pool_;
+    if (const char* p = std::getenv("HEADROOM_CPU_PROFILE"); p && *p && *p != '0')
+        profile_ = std::make_unique<Profile>();
 }
 
 CpuBackend::~CpuBackend() {
+    if (profile_) profile_->print();
     for (auto& a : allocations_)
         if (a.live) ledger().unreserve(a.term, a.region.size_bytes());
 }
@@ -204,6 +288,7 @@ float* CpuBackend::end_step(DevPtr logits, uint64_t) {
 // ---- ops ------------------------------------------------------------------------
 
 void CpuBackend::get_rows(const Weight& table, const StepView& step, float scale, DevPtr out) {
+    const Timed timed(profile_.get(), "embedding rows");
     const Matrix& e = matrix(table);
     const int32_t* tokens = step.tokens();
     float* x = f32(out);
@@ -220,6 +305,7 @@ void CpuBackend::get_rows(const Weight& table, const StepView& step, float scale
 
 void CpuBackend::rmsnorm(DevPtr x, const Weight& w, float weight_offset, float eps, int64_t n_rows,
                          int64_t n, DevPtr out) {
+    const Timed timed(profile_.get(), "rmsnorm");
     ops_.rmsnorm(f32(x), vec(w), weight_offset, eps, n_rows, n, f32(out), ctx_);
 }
 
@@ -242,8 +328,14 @@ void CpuBackend::matmul(std::span<const Weight* const> ws, DevPtr x, int64_t n_t
     for (int i = 0; i < n;) {
         int j = i + 1;
         while (j < n && ms[j]->type == ms[i]->type) ++j;
-        if (i == 0 || ms[i]->type != acts.w_type)
+        if (i == 0 || ms[i]->type != acts.w_type) {
+            const Timed timed(profile_.get(), "quantize activations");
             acts = ops_.prepare(xf, n_tokens, n_in, ms[i]->type, ctx_);
+        }
+        uint64_t bytes = 0;
+        for (int k = i; k < j; ++k)
+            bytes += ms[k]->row_bytes * static_cast<uint64_t>(ms[k]->n_rows);
+        const Timed timed(profile_.get(), profile_ ? matmul_row(ms[i]->type, n_tokens) : "", bytes);
         if (j - i == 1)
             ops_.matmul(*ms[i], acts, out[i], ctx_);
         else
@@ -253,6 +345,7 @@ void CpuBackend::matmul(std::span<const Weight* const> ws, DevPtr x, int64_t n_t
 }
 
 void CpuBackend::add_bias(DevPtr y, const Weight& bias, int64_t n_rows) {
+    const Timed timed(profile_.get(), "add bias");
     float* yf = f32(y);
     const float* b = vec(bias);
     for (int64_t r = 0; r < n_rows; ++r) ops_.add(yf + r * bias.n_cols, b, bias.n_cols, ctx_);
@@ -260,6 +353,7 @@ void CpuBackend::add_bias(DevPtr y, const Weight& bias, int64_t n_rows) {
 
 void CpuBackend::rope(DevPtr x, const StepView& step, const RopeArgs& args,
                       const Weight& freq_factors) {
+    const Timed timed(profile_.get(), "rope");
     RopeArgs a = args;
     a.freq_factors = freq_factors ? vec(freq_factors) : nullptr;
     ops_.rope(f32(x), step.n_tokens, step.positions(), a, ctx_);
@@ -267,6 +361,7 @@ void CpuBackend::rope(DevPtr x, const StepView& step, const RopeArgs& args,
 
 void CpuBackend::store_kv(const KvLayout& kv, uint32_t layer, const StepView& step, DevPtr k,
                           DevPtr v) {
+    const Timed timed(profile_.get(), "store K/V");
     const uint32_t g = kv.group_of_layer[layer];
     const float* kf = f32(k);
     const float* vf = f32(v);
@@ -286,6 +381,7 @@ void CpuBackend::store_kv(const KvLayout& kv, uint32_t layer, const StepView& st
 }
 
 void CpuBackend::attention(const KvLayout& kv, const StepView& step, const AttentionOp& op) {
+    const Timed timed(profile_.get(), "attention");
     AttentionArgs a;
     a.q = f32(op.q);
     a.out = f32(op.out);
@@ -307,18 +403,22 @@ void CpuBackend::attention(const KvLayout& kv, const StepView& step, const Atten
 }
 
 void CpuBackend::silu_mul(DevPtr gate, DevPtr up, int64_t n) {
+    const Timed timed(profile_.get(), "silu x up");
     ops_.silu_mul(f32(gate), f32(up), n, ctx_);
 }
 
 void CpuBackend::gelu_mul(DevPtr gate, DevPtr up, int64_t n) {
+    const Timed timed(profile_.get(), "gelu x up");
     ops_.gelu_mul(f32(gate), f32(up), n, ctx_);
 }
 
 void CpuBackend::add(DevPtr x, DevPtr y, int64_t n) {
+    const Timed timed(profile_.get(), "add");
     ops_.add(f32(x), f32(y), n, ctx_);
 }
 
 void CpuBackend::gather_rows(DevPtr x, int64_t n_cols, const StepView& step, DevPtr out) {
+    const Timed timed(profile_.get(), "gather logit rows");
     const float* src = f32(x);
     float* dst = f32(out);
     const uint32_t* rows = step.logit_rows();
@@ -331,10 +431,12 @@ void CpuBackend::gather_rows(DevPtr x, int64_t n_cols, const StepView& step, Dev
 
 void CpuBackend::route_experts(DevPtr logits, const Routing& r, ExpertGating gating,
                                bool normalize) {
+    const Timed timed(profile_.get(), "route experts");
     kernels::route_experts(f32(logits), route_args(r), gating, normalize);
 }
 
 void CpuBackend::gather_routed(DevPtr x, int64_t n_cols, const Routing& r, DevPtr out) {
+    const Timed timed(profile_.get(), "gather routed rows");
     kernels::gather_routed(f32(x), n_cols, route_args(r), f32(out));
 }
 
@@ -347,7 +449,12 @@ void CpuBackend::matmul_experts(std::span<const Weight* const> ws, DevPtr x, con
     const int32_t* start = ra.start();
     const int64_t n_rows = r.n_tokens * r.n_used;
     const Matrix& first = matrix(*ws[0]);
-    const Acts acts = ops_.prepare(f32(x), n_rows, first.n_cols, first.type, ctx_);
+    Acts acts;
+    {
+        const Timed timed(profile_.get(), "quantize activations");
+        acts = ops_.prepare(f32(x), n_rows, first.n_cols, first.type, ctx_);
+    }
+    const uint64_t read0 = matmul_bytes_read_;
     int n_groups = 0;
     for (uint32_t e = 0; e < r.n_expert; ++e) {
         if (start[e + 1] == start[e]) continue;
@@ -361,14 +468,19 @@ void CpuBackend::matmul_experts(std::span<const Weight* const> ws, DevPtr x, con
         g.n_tok = start[e + 1] - start[e];
     }
     float* out[2] = {f32(ys[0]), ys.size() > 1 ? f32(ys[1]) : nullptr};
+    const Timed timed(profile_.get(),
+                      profile_ ? fmt::format("matmul experts {}", headroom::name(first.type)) : "",
+                      matmul_bytes_read_ - read0);
     ops_.matmul_experts(groups_.data(), n_groups, static_cast<int>(ws.size()), acts, out, ctx_);
 }
 
 void CpuBackend::combine_routed(DevPtr y, int64_t n_cols, const Routing& r, DevPtr out) {
+    const Timed timed(profile_.get(), "combine experts");
     kernels::combine_routed(f32(y), n_cols, route_args(r), f32(out));
 }
 
 void CpuBackend::sigmoid_scale(DevPtr y, DevPtr s, int64_t n_rows, int64_t n_cols) {
+    const Timed timed(profile_.get(), "sigmoid gate");
     float* yf = f32(y);
     const float* sf = f32(s);
     for (int64_t r = 0; r < n_rows; ++r) {
@@ -378,11 +490,13 @@ void CpuBackend::sigmoid_scale(DevPtr y, DevPtr s, int64_t n_rows, int64_t n_col
 }
 
 void CpuBackend::add_expert_bias(DevPtr y, const Weight& bias, int64_t n_cols, const Routing& r) {
+    const Timed timed(profile_.get(), "add expert bias");
     HR_CHECK(bias.n_cols == n_cols * r.n_expert);
     kernels::add_expert_bias(f32(y), vec(bias), n_cols, route_args(r));
 }
 
 void CpuBackend::swiglu_oai(DevPtr gate, DevPtr up, int64_t n, float alpha, float limit) {
+    const Timed timed(profile_.get(), "swiglu (gpt-oss)");
     kernels::swiglu_oai(f32(gate), f32(up), n, alpha, limit);
 }
 

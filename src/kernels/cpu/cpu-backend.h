@@ -4,6 +4,8 @@
 // "upload"): the packed copies replace the file's pages. Ops run the kernel
 // table chosen for this CPU (kernels.h) on a pool of worker threads; a step
 // is synchronous, and end_step hands back the arena's own logits rows.
+// With HEADROOM_CPU_PROFILE set (not "0"), it times every op and prints the
+// wall time per op, and the weight read rate of the matmuls, when it closes.
 #pragma once
 
 #include <memory>
@@ -94,6 +96,8 @@ class CpuBackend final : public Backend {
     bool runs_yarn_and_sinks() const override { return true; }
 
   private:
+    class Profile;
+    class Timed;
     void count_weight(uint64_t bytes);
     struct Allocation {
         Region region;
@@ -120,7 +124,8 @@ class CpuBackend final : public Backend {
     std::vector<uint32_t> to_pack_;  // ids of matrices read by matmul, not yet repacked
     std::vector<Region> packed_;     // their repacked copies, a region per end_weights
     uint64_t matmul_bytes_read_ = 0;
-    std::vector<ExpertGroup> groups_;  // matmul_experts' groups (kMaxExperts, taken once)
+    std::vector<ExpertGroup> groups_;   // matmul_experts' groups (kMaxExperts, taken once)
+    std::unique_ptr<Profile> profile_;  // null unless HEADROOM_CPU_PROFILE
 };
 
 }  // namespace headroom::kernels

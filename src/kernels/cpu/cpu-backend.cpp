@@ -186,11 +186,18 @@ Weight CpuBackend::upload_matrix(const HostTensor& t, WeightUse use) {
     HR_CHECK(t.n_expert == 0 || use == WeightUse::Matmul);
     count_weight(matrix_bytes * n);
     const auto first = static_cast<uint32_t>(weights_.size() + 1);
+    // A matrix get_rows also reads (a tied embedding, which is the output
+    // matrix too) is repacked as well when the file is mapped: get_rows reads
+    // its rows from the file, whose dropped pages come back one row's page
+    // at a time (a few per step), while the output matmul reads the copy, as
+    // stored at half the speed or less (16 rows read as 16 interleaved
+    // streams). A file read into memory could not drop its bytes, so there
+    // the matrix stays as stored rather than be held twice.
+    const bool pack = use == WeightUse::Matmul || (use == WeightUse::MatmulAndRows && file_mapped_);
     for (uint32_t e = 0; e < n; ++e) {
         Matrix m{t.data + matrix_bytes * e, t.type, t.n_rows, t.n_cols, t.row_bytes};
         weights_.push_back(m);
-        // A matrix get_rows also reads stays as stored: the lookup reads it by rows.
-        if (use == WeightUse::Matmul && ops_.packed_bytes(m) > 0)
+        if (pack && ops_.packed_bytes(m) > 0)
             to_pack_.push_back(static_cast<uint32_t>(weights_.size()));
     }
     return {t.type, t.n_rows, t.n_cols, t.row_bytes, first, t.n_expert};

@@ -187,12 +187,13 @@ Weight CpuBackend::upload_matrix(const HostTensor& t, WeightUse use) {
     count_weight(matrix_bytes * n);
     const auto first = static_cast<uint32_t>(weights_.size() + 1);
     // A matrix get_rows also reads (a tied embedding, which is the output
-    // matrix too) is repacked as well when the file is mapped: get_rows reads
-    // its rows from the file, whose dropped pages come back one row's page
-    // at a time (a few per step), while the output matmul reads the copy, as
-    // stored at half the speed or less (16 rows read as 16 interleaved
-    // streams). A file read into memory could not drop its bytes, so there
-    // the matrix stays as stored rather than be held twice.
+    // matrix too) is repacked as well when the file is mapped: the output
+    // matmul reads the copy (as stored it ran at half the speed or less, 16
+    // rows read as 16 interleaved streams), get_rows the file, whose dropped
+    // pages come back a looked-up row's page at a time: clean pages of the
+    // file, which the kernel takes back under memory pressure, as it would
+    // the whole matrix's before. A file read into memory could not drop its
+    // bytes, so there the matrix stays as stored rather than be held twice.
     const bool pack = use == WeightUse::Matmul || (use == WeightUse::MatmulAndRows && file_mapped_);
     for (uint32_t e = 0; e < n; ++e) {
         Matrix m{t.data + matrix_bytes * e, t.type, t.n_rows, t.n_cols, t.row_bytes};

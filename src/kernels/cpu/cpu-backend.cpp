@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <string_view>
 #include <utility>
 
@@ -324,11 +325,13 @@ void CpuBackend::matmul(std::span<const Weight* const> ws, DevPtr x, int64_t n_t
     HR_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= 4);
     const Matrix* ms[4];
     float* out[4];
+    uint64_t bytes[4];  // each matrix's
     const int n = static_cast<int>(ws.size());
     for (int i = 0; i < n; ++i) {
         ms[i] = &matrix(*ws[i]);
         out[i] = f32(ys[i]);
-        matmul_bytes_read_ += ms[i]->row_bytes * static_cast<uint64_t>(ms[i]->n_rows);
+        bytes[i] = ms[i]->row_bytes * static_cast<uint64_t>(ms[i]->n_rows);
+        matmul_bytes_read_ += bytes[i];
     }
     const float* xf = f32(x);
     const int64_t n_in = ms[0]->n_cols;
@@ -340,10 +343,8 @@ void CpuBackend::matmul(std::span<const Weight* const> ws, DevPtr x, int64_t n_t
             const Timed timed(profile_.get(), "quantize activations");
             acts = ops_.prepare(xf, n_tokens, n_in, ms[i]->type, ctx_);
         }
-        uint64_t bytes = 0;
-        for (int k = i; k < j; ++k)
-            bytes += ms[k]->row_bytes * static_cast<uint64_t>(ms[k]->n_rows);
-        const Timed timed(profile_.get(), profile_ ? matmul_row(ms[i]->type, n_tokens) : "", bytes);
+        const Timed timed(profile_.get(), profile_ ? matmul_row(ms[i]->type, n_tokens) : "",
+                          profile_ ? std::accumulate(bytes + i, bytes + j, uint64_t{0}) : 0);
         if (j - i == 1)
             ops_.matmul(*ms[i], acts, out[i], ctx_);
         else

@@ -110,7 +110,7 @@ std::string_view name(ActPrecision p) {
     return "?";
 }
 
-uint64_t thread_scratch_bytes(uint64_t max_in, uint64_t max_head, uint64_t group) {
+uint64_t thread_scratch_bytes(uint64_t max_in, uint64_t max_head, uint64_t group, uint64_t n_head) {
     // Reference: a dequantized weight row; K, V and the accumulator of one query.
     const uint64_t ref = std::max(max_in, 3 * max_head) * 4;
     // x86 matmul: one packed chunk of a row group (16 blocks of at most
@@ -119,9 +119,13 @@ uint64_t thread_scratch_bytes(uint64_t max_in, uint64_t max_head, uint64_t group
     const uint64_t panel = 32 * 1024;
     // x86 attention (kLanes <= 16): a chunk's K (transposed or not) and V
     // rows (at most kChunkFloats each, or one tile of 16 keys of wider heads),
-    // and per query of a window m, l and the accumulator.
+    // per query of a window m, l and the accumulator for the current segment
+    // of keys and for the ones before, aligned to 64 bytes; then
+    // kSplitStatesPerThread segment states of every query head of a token
+    // for decode steps split over keys.
     const uint64_t chunk = std::max<uint64_t>(x86::kChunkFloats, 16 * max_head);
-    const uint64_t attn = (2 * chunk + x86::kQueryWindow * group * (max_head + 2)) * 4;
+    const uint64_t attn = (2 * chunk + 2 * x86::kQueryWindow * group * (max_head + 2)) * 4 + 64 +
+                          x86::kSplitStatesPerThread * n_head * (max_head + 2) * 4;
     return (std::max({ref, panel, attn}) + 63) / 64 * 64;
 }
 

@@ -224,8 +224,8 @@ std::string_view name(ActPrecision p);
 
 // Bytes each pool thread needs in Context::scratch for any backend, for a
 // model whose matmul inputs are at most max_in wide, whose heads are at most
-// max_head wide, with `group` query heads per KV head.
-uint64_t thread_scratch_bytes(uint64_t max_in, uint64_t max_head, uint64_t group);
+// max_head wide, with `group` query heads per KV head and n_head in all.
+uint64_t thread_scratch_bytes(uint64_t max_in, uint64_t max_head, uint64_t group, uint64_t n_head);
 // Bytes of Context::acts_q one token of n activations needs for any backend.
 uint64_t acts_row_bytes(uint64_t n);
 

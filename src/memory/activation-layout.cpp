@@ -64,11 +64,11 @@ ActivationLayout plan_activations(const HParams& hp, uint32_t n_tokens, uint32_t
     take(a.acts_q, host_device ? acts_q : 0);
     take(a.logits, uint64_t{n_logit_rows} * hp.n_vocab * 4);
     // The CPU's, per thread: a packed weight panel, attention tiles and
-    // per-query state, or the reference kernels' dequantized rows, whichever
+    // per-query states, or the reference kernels' dequantized rows, whichever
     // is largest.
     a.scratch_per_thread_bytes =
-        host_device ? kernels::thread_scratch_bytes(max_in, max_head,
-                                                    hp.n_head_kv ? hp.n_head / hp.n_head_kv : 1)
+        host_device ? kernels::thread_scratch_bytes(
+                          max_in, max_head, hp.n_head_kv ? hp.n_head / hp.n_head_kv : 1, hp.n_head)
                     : 0;
     take(a.thread_scratch, a.scratch_per_thread_bytes * n_threads);
     a.device_bytes = at;

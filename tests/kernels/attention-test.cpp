@@ -1,9 +1,11 @@
 // Flash attention of the fast backends against the reference: random K and V
 // in a real KV cache (every dtype, block sizes that do and do not align with
 // the kernels' key tiles, GQA, a sliding window, attention sinks),
-// prefill-shaped and decode-shaped batches; and every (token, head)
-// bit-identical whether it runs alone or with the rest of the batch. Sinks
-// by hand: a token that sees one key gets v · sigmoid(s - sink).
+// prefill-shaped and decode-shaped batches, contexts of several segments of
+// keys; and every (token, head) bit-identical whether it runs alone (a
+// decode step, split over keys where its context spans segments) or with the
+// rest of the batch (one work item per KV head and window). Sinks by hand: a
+// token that sees one key gets v · sigmoid(s - sink).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -62,7 +64,7 @@ struct CacheFixture {
                  const std::vector<uint32_t>& n_new, uint32_t seed) {
         const ModelDesc m = model_of(s);
         EngineConfig c;
-        c.max_model_len = 512;
+        c.max_model_len = 1024;
         c.max_num_seqs = static_cast<uint32_t>(lens.size());
         c.block_size = s.block_size;
         c.max_num_batched_tokens = 512;
@@ -148,9 +150,10 @@ TEST_P(Attention, MatchesTheReferenceAndIsBatchInvariant) {
     HR_REQUIRE_FAST_BACKEND();
     const auto [dtype, shape_index] = GetParam();
     const Shape& s = kShapes[shape_index];
-    // Three sequences: a prefill chunk continuing a cached prefix, a decode
-    // step deep in its context, a prefill from position 0.
-    const std::vector<uint32_t> lens = {70, 131, 19}, n_new = {23, 1, 19};
+    // Three sequences: a prefill chunk continuing a cached prefix (keys in
+    // two segments of 256), a decode step deep in its context (three), a
+    // prefill from position 0.
+    const std::vector<uint32_t> lens = {290, 700, 19}, n_new = {23, 1, 19};
     const CacheFixture st(s, dtype, lens, n_new, 17);
     const size_t n_out = st.step.n_tokens * s.n_head * s.head_dim;
     TestContext tc(3, 256, 64, s.head_dim, s.n_head / s.n_head_kv);

@@ -61,9 +61,9 @@ namespace headroom::kernels::test {
 class TestContext {
   public:
     TestContext(int n_threads, uint64_t max_in, int64_t max_tokens, uint64_t max_head = 256,
-                uint64_t group = 8)
+                uint64_t group = 8, uint64_t n_head = 32)
         : pool_(n_threads) {
-        const uint64_t per_thread = thread_scratch_bytes(max_in, max_head, group);
+        const uint64_t per_thread = thread_scratch_bytes(max_in, max_head, group, n_head);
         scratch_.resize(per_thread * static_cast<uint64_t>(n_threads) + 64);
         acts_.resize(acts_row_bytes(max_in) * static_cast<uint64_t>(max_tokens) + 64);
         ctx_.pool = &pool_;

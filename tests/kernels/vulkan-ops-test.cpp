@@ -553,7 +553,7 @@ TEST_P(VulkanKv, StoreKvWritesTheReferenceBytesAndAttentionMatchesTheReference) 
         a.window = window;
         Context ctx;
         ctx.pool = &f.cpu.pool();
-        std::vector<uint8_t> scratch(thread_scratch_bytes(256, 256, 8));
+        std::vector<uint8_t> scratch(thread_scratch_bytes(256, 256, 8, 32));
         ctx.scratch = scratch.data();
         ctx.scratch_per_thread_bytes = scratch.size();
         ref_ops().attention(a, ctx);

@@ -15,8 +15,14 @@
 //                                  the query's valid [first, pos] set to -inf)
 //   m' = max(m, max(s));  c = e^(m - m');  p = e^(s - m') (0 outside)
 //   l = l * c + sum(p);   acc = acc * c + sum_j p_j * v_j   (j in order)
-// out = acc / l (with a sink, kernels::attention_finish). A query's operations depend only on its
-// own position, window and the cached K/V, never on which other tokens share the call.
+// The steps start afresh at each segment of keys (kSegmentKeys, a whole
+// number of chunks, starting at multiples of its size), and the segments'
+// states are folded in order (fold_segment). So a decode step with fewer KV
+// heads than work for the threads splits over keys instead: each (KV head,
+// segment) is a work item writing its state to the scratch, then the states
+// are folded per query. out = acc / l (with a sink, kernels::attention_finish).
+// A query's operations depend only on its own position, window and the cached
+// K/V, never on which other tokens share the call or how the work is split.
 #pragma once
 
 #include <algorithm>
@@ -39,7 +45,8 @@ template <class V>
 struct AttnScratch {
     float* kt;     // per tile of the chunk: (head_dim_k, kLanes), or rows (kLanes, head_dim_k)
     float* v;      // (chunk keys, head_dim_v)
-    float* state;  // per query: m, l, acc (head_dim_v)
+    float* state;  // per query: m, l, acc (head_dim_v) of the current segment
+    float* total;  // per query: the same of the segments before it
     uint32_t ck;   // keys per chunk: chunk_keys()
 };
 
@@ -126,6 +133,51 @@ uint32_t chunk_keys(uint32_t hk, uint32_t hv) {
     static_assert(kMaxChunkKeys % L == 0);
     const uint32_t by_size = kChunkFloats / std::max(hk, hv) / L * L;
     return std::clamp<uint32_t>(by_size, L, kMaxChunkKeys);
+}
+
+// Keys per segment with chunks of ck keys: the largest multiple of ck up to
+// kSegmentKeys (one chunk at least).
+inline uint32_t segment_keys(uint32_t ck) {
+    return std::max(ck, kSegmentKeys / ck * ck);
+}
+
+// Folds a segment's softmax state seg (m, l, acc; a key of the segment
+// visible, so m is finite) into total, the state of the segments before it,
+// both rescaled to the larger max:
+//   m' = max(m, m_s);  l = l e^(m - m') + l_s e^(m_s - m');
+//   acc = acc e^(m - m') + acc_s e^(m_s - m').
+// Into the empty state (m = -inf, l = 0, acc = 0) this copies seg exactly.
+template <class V>
+void fold_segment(float* total, const float* seg, uint32_t hv) {
+    using F = typename V::F;
+    constexpr int L = V::kLanes;
+    const float m = std::max(total[0], seg[0]);
+    const float c = std::exp(total[0] - m), cs = std::exp(seg[0] - m);
+    total[0] = m;
+    total[1] = total[1] * c + seg[1] * cs;
+    const F vc = V::fset1(c), vcs = V::fset1(cs);
+    for (uint32_t d = 0; d < hv; d += L)
+        V::fstore(total + 2 + d,
+                  V::fma(V::fload(seg + 2 + d), vcs, V::fmul(V::fload(total + 2 + d), vc)));
+}
+
+inline void empty_state(float* st, uint32_t hv) {
+    st[0] = -std::numeric_limits<float>::infinity();
+    st[1] = 0.0f;
+    std::fill(st + 2, st + 2 + hv, 0.0f);
+}
+
+// out (hv) = the attention of a query from its folded state.
+template <class V>
+void finish_query(const float* st, const float* sink, uint32_t hv, float* out) {
+    using F = typename V::F;
+    constexpr int L = V::kLanes;
+    if (sink) {
+        attention_finish(st + 2, st[0], st[1], sink, hv, out);
+        return;
+    }
+    const F l = V::fset1(st[1]);
+    for (uint32_t d = 0; d < hv; d += L) V::fstore(out + d, V::fdiv(V::fload(st + 2 + d), l));
 }
 
 // QB query heads of one token (consecutive heads: q rows hk apart, states
@@ -218,10 +270,15 @@ __attribute__((noinline)) void attend_heads(const float* q, float* st, uint64_t 
     }
 }
 
+// The queries of tokens [t0, t1) (one sequence) on KV head kv_h, against the
+// keys of [seg_lo, seg_hi) they see. Without seg_states: every key (seg_lo =
+// 0, seg_hi = UINT32_MAX), segment by segment, folded, into a.out. With it:
+// one segment's keys, each query's state of them into seg_states ((t1 - t0)
+// x group states of hv + 2 floats; left empty where a query sees none).
 template <class V>
 void attend_run(const AttentionArgs& a, const int32_t* table, uint32_t kv_h, int64_t t0, int64_t t1,
-                const AttnScratch<V>& sc) {
-    using F = typename V::F;
+                const AttnScratch<V>& sc, uint32_t seg_lo = 0, uint32_t seg_hi = UINT32_MAX,
+                float* seg_states = nullptr) {
     constexpr int L = V::kLanes;
     const uint32_t group = a.n_head / a.n_head_kv;
     const uint32_t hk = a.head_dim_k, hv = a.head_dim_v;
@@ -231,8 +288,8 @@ void attend_run(const AttentionArgs& a, const int32_t* table, uint32_t kv_h, int
     const TileLoader<V> load =
         row_dot ? tile_loader<V, false>(kv.dtype) : tile_loader<V, true>(kv.dtype);
     const uint64_t state_stride = hv + 2;
-    const float neg_inf = -std::numeric_limits<float>::infinity();
-    const uint32_t ck = sc.ck;
+    const uint32_t ck = sc.ck, sk = segment_keys(ck);
+    float* const state = seg_states ? seg_states : sc.state;
 
     // Key range any query of the run sees.
     uint32_t lo_pos = UINT32_MAX, hi_pos = 0;
@@ -242,13 +299,27 @@ void attend_run(const AttentionArgs& a, const int32_t* table, uint32_t kv_h, int
         lo_pos = std::min(lo_pos, first);
         hi_pos = std::max(hi_pos, pos);
     }
+    lo_pos = std::max(lo_pos, seg_lo);
+    hi_pos = std::min(hi_pos, seg_hi - 1);
     const int64_t n_q = (t1 - t0) * group;
     for (int64_t qi = 0; qi < n_q; ++qi) {
-        float* st = sc.state + qi * state_stride;
-        st[0] = neg_inf;
-        st[1] = 0.0f;
-        std::fill(st + 2, st + 2 + hv, 0.0f);
+        empty_state(state + qi * state_stride, hv);
+        if (!seg_states) empty_state(sc.total + qi * state_stride, hv);
     }
+    if (lo_pos > hi_pos) return;  // no query of the run sees this segment
+    // Folds the states of segment [s0, s0 + sk) into the totals and empties
+    // them, for the queries that see a key of it.
+    auto fold = [&](uint32_t s0) {
+        for (int64_t t = t0; t < t1; ++t) {
+            const uint32_t pos = a.positions[t];
+            if (pos < s0 || first_visible(pos, a.window) >= s0 + sk) continue;
+            for (uint32_t gi = 0; gi < group; ++gi) {
+                const uint64_t at = ((t - t0) * group + gi) * state_stride;
+                fold_segment<V>(sc.total + at, sc.state + at, hv);
+                empty_state(sc.state + at, hv);
+            }
+        }
+    };
     const uint64_t k_bytes = kv.k_row_bytes, v_bytes = kv.v_row_bytes;
     // Rows of one head are consecutive within a KV block: look each block up
     // once, then step through its rows.
@@ -309,7 +380,7 @@ void attend_run(const AttentionArgs& a, const int32_t* table, uint32_t kv_h, int
             const int j0 = static_cast<int>(std::max(first, c0) - c0);
             const int j1 = static_cast<int>(std::min(pos + 1, c0 + ck) - c0);
             const float* q = a.q + (t * a.n_head + kv_h * group) * hk;
-            float* st = sc.state + (t - t0) * group * state_stride;
+            float* st = state + (t - t0) * group * state_stride;
             if (row_dot) {
                 static_assert(kRowDotMaxGroup == 2, "one attend_heads per group size");
                 if (group == 2)
@@ -332,35 +403,128 @@ void attend_run(const AttentionArgs& a, const int32_t* table, uint32_t kv_h, int
                     attend_heads<V, 1, false>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
             }
         }
+        // The last chunk of a segment, or of the run's keys.
+        if (!seg_states && ((c0 + ck) % sk == 0 || c0 + ck > hi_pos)) fold(c0 / sk * sk);
     }
+    if (seg_states) return;
     for (int64_t t = t0; t < t1; ++t) {
         for (uint32_t gi = 0; gi < group; ++gi) {
-            const float* st = sc.state + ((t - t0) * group + gi) * state_stride;
             const uint32_t h = kv_h * group + gi;
-            float* out = a.out + (t * a.n_head + h) * hv;
-            if (a.sinks) {
-                attention_finish(st + 2, st[0], st[1], a.sinks + h, hv, out);
-                continue;
-            }
-            const F l = V::fset1(st[1]);
-            for (uint32_t d = 0; d < hv; d += L)
-                V::fstore(out + d, V::fdiv(V::fload(st + 2 + d), l));
+            finish_query<V>(sc.total + ((t - t0) * group + gi) * state_stride,
+                            a.sinks ? a.sinks + h : nullptr, hv, a.out + (t * a.n_head + h) * hv);
         }
     }
 }
 
+// A thread's scratch: a chunk's K and V, the states and totals of a window's
+// queries, then (from states_offset) segment states of split decode steps.
+template <class V>
+struct AttnPlan {
+    uint32_t ck = 0, sk = 0;
+    uint64_t n_state = 0;        // floats of one window's states (or totals)
+    uint64_t states_offset = 0;  // bytes
+
+    explicit AttnPlan(const AttentionArgs& a)
+        : ck(chunk_keys<V>(a.head_dim_k, a.head_dim_v)),
+          sk(segment_keys(ck)),
+          n_state(static_cast<uint64_t>(kQueryWindow) * (a.n_head / a.n_head_kv) *
+                  (a.head_dim_v + 2)) {
+        const uint64_t floats =
+            static_cast<uint64_t>(ck) * (a.head_dim_k + a.head_dim_v) + 2 * n_state;
+        states_offset = (floats * 4 + 63) / 64 * 64;
+    }
+    AttnScratch<V> scratch(const Context& ctx, int thread, const AttentionArgs& a) const {
+        AttnScratch<V> sc;
+        sc.kt = reinterpret_cast<float*>(ctx.thread_scratch(thread));
+        sc.ck = ck;
+        sc.v = sc.kt + static_cast<uint64_t>(ck) * a.head_dim_k;
+        sc.state = sc.v + static_cast<uint64_t>(ck) * a.head_dim_v;
+        sc.total = sc.state + n_state;
+        return sc;
+    }
+};
+
+// A decode step (one window of tokens) with few KV heads for the threads,
+// split over keys: work item (segment s, KV head h) runs every sequence's
+// queries on h against the keys of s into a slot of segment states, in the
+// scratch of thread slot / slots_per_thread; then each query's slots are
+// folded in segment order and finished. False, doing nothing, where there is
+// one thread, the step is not one window, the keys do not span two segments,
+// the KV heads already give each thread two items, or the slots do not fit
+// the scratch.
+template <class V>
+bool attention_split(const AttentionArgs& a, const Context& ctx, const AttnPlan<V>& plan) {
+    const int n_threads = ctx.pool->n_threads();
+    if (n_threads == 1 || a.n_tokens > kQueryWindow ||
+        a.n_head_kv >= 2 * static_cast<uint32_t>(n_threads))
+        return false;
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+        lo = std::min(lo, first_visible(a.positions[t], a.window));
+        hi = std::max(hi, a.positions[t]);
+    }
+    const uint32_t s_lo = lo / plan.sk, s_hi = hi / plan.sk;
+    const uint32_t group = a.n_head / a.n_head_kv;
+    const uint64_t stride = a.head_dim_v + 2;
+    const uint64_t slot_floats = static_cast<uint64_t>(a.n_tokens) * group * stride;
+    if (s_hi == s_lo || ctx.scratch_per_thread_bytes <= plan.states_offset) return false;
+    const uint64_t slots_per_thread =
+        (ctx.scratch_per_thread_bytes - plan.states_offset) / (slot_floats * 4);
+    const int64_t n_items = static_cast<int64_t>(s_hi - s_lo + 1) * a.n_head_kv;
+    if (n_items > static_cast<int64_t>(slots_per_thread) * n_threads) return false;
+    auto slot = [&](int64_t item) {
+        const auto thread = static_cast<int>(item / static_cast<int64_t>(slots_per_thread));
+        return reinterpret_cast<float*>(ctx.thread_scratch(thread) + plan.states_offset) +
+               static_cast<uint64_t>(item) % slots_per_thread * slot_floats;
+    };
+    const uint32_t g = a.kv->group_of_layer[a.layer];
+    std::atomic<int64_t> next{0};
+    ctx.pool->run([&](int thread) {
+        const AttnScratch<V> sc = plan.scratch(ctx, thread, a);
+        for (;;) {
+            const int64_t item = next.fetch_add(1, std::memory_order_relaxed);
+            if (item >= n_items) break;
+            const uint32_t s = s_lo + static_cast<uint32_t>(item / a.n_head_kv);
+            const auto kv_h = static_cast<uint32_t>(item % a.n_head_kv);
+            float* states = slot(item);
+            for (int64_t t0 = 0; t0 < a.n_tokens;) {
+                int64_t t1 = t0 + 1;
+                while (t1 < a.n_tokens && a.seq_of_token[t1] == a.seq_of_token[t0]) ++t1;
+                attend_run<V>(a, a.step->table(g, a.seq_of_token[t0]), kv_h, t0, t1, sc,
+                              s * plan.sk, (s + 1) * plan.sk,
+                              states + static_cast<uint64_t>(t0) * group * stride);
+                t0 = t1;
+            }
+        }
+    });
+    const int64_t n_q = a.n_tokens * a.n_head;
+    ctx.pool->run([&](int thread) {
+        float* total = plan.scratch(ctx, thread, a).total;
+        for (int64_t q = n_q * thread / n_threads; q < n_q * (thread + 1) / n_threads; ++q) {
+            const int64_t t = q / a.n_head;
+            const auto h = static_cast<uint32_t>(q % a.n_head);
+            const uint32_t pos = a.positions[t];
+            empty_state(total, a.head_dim_v);
+            for (uint32_t s = first_visible(pos, a.window) / plan.sk; s <= pos / plan.sk; ++s) {
+                const int64_t item = static_cast<int64_t>(s - s_lo) * a.n_head_kv + h / group;
+                fold_segment<V>(total, slot(item) + (t * group + h % group) * stride, a.head_dim_v);
+            }
+            finish_query<V>(total, a.sinks ? a.sinks + h : nullptr, a.head_dim_v,
+                            a.out + (t * a.n_head + h) * a.head_dim_v);
+        }
+    });
+    return true;
+}
+
 template <class V>
 void attention(const AttentionArgs& a, const Context& ctx) {
+    const AttnPlan<V> plan(a);
+    if (attention_split<V>(a, ctx, plan)) return;
     const int64_t n_windows = (a.n_tokens + kQueryWindow - 1) / kQueryWindow;
     const int64_t n_items = n_windows * a.n_head_kv;
     std::atomic<int64_t> next{0};
     ctx.pool->run([&](int thread) {
-        auto* base = reinterpret_cast<float*>(ctx.thread_scratch(thread));
-        AttnScratch<V> sc;
-        sc.kt = base;
-        sc.ck = chunk_keys<V>(a.head_dim_k, a.head_dim_v);
-        sc.v = sc.kt + sc.ck * a.head_dim_k;
-        sc.state = sc.v + sc.ck * a.head_dim_v;
+        const AttnScratch<V> sc = plan.scratch(ctx, thread, a);
         for (;;) {
             const int64_t item = next.fetch_add(1, std::memory_order_relaxed);
             if (item >= n_items) break;

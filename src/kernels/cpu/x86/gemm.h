@@ -192,6 +192,17 @@ HR_KERNEL_INLINE void sub_q45(const typename V::I* w, typename V::I sc, const To
     }
     I is[NR], il[NR];
     for (int t = 0; t < NR; ++t) is[t] = il[t] = V::zero();
+    if constexpr (NR == 1 && !kI16) {
+        // One token: two chains of multiply-adds, as block_32's.
+        I odd = V::zero();
+        for (int k = 0; k < 8; k += 2) {
+            const int64_t at = 256 * blk + 32 * s + 4 * k;
+            is[0] = V::dot_u8s8_at(is[0], w[k], tok[0].qs + at);
+            odd = V::dot_u8s8_at(odd, w[k + 1], tok[0].qs + at + 4);
+        }
+        S[0] = V::add(S[0], V::mullo(V::add(is[0], odd), sc));
+        return;
+    }
     for (int k = 0; k < 8; ++k) {
         const int64_t at = 256 * blk + 32 * s + 4 * k;
         for (int t = 0; t < NR; ++t) {

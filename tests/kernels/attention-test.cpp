@@ -186,6 +186,47 @@ TEST_P(Attention, MatchesTheReferenceAndIsBatchInvariant) {
     }
 }
 
+// A decode step of four sequences (one window, fewer KV heads than twice
+// the threads: split over segments of keys, several sequences per work item)
+// against the reference, and bit for bit against one thread (never split)
+// and against each token alone.
+TEST_P(Attention, ADecodeStepIsTheSameSplitOverKeysOrNot) {
+    HR_REQUIRE_FAST_BACKEND();
+    const auto [dtype, shape_index] = GetParam();
+    const Shape& s = kShapes[shape_index];
+    const std::vector<uint32_t> lens = {290, 700, 19, 530}, n_new = {1, 1, 1, 1};
+    const CacheFixture st(s, dtype, lens, n_new, 23);
+    const size_t n_out = st.step.n_tokens * s.n_head * s.head_dim;
+    TestContext three(3, 256, 64, s.head_dim, s.n_head / s.n_head_kv, s.n_head);
+    TestContext one_thread(1, 256, 64, s.head_dim, s.n_head / s.n_head_kv, s.n_head);
+
+    std::vector<float> ref(n_out);
+    ref_ops().attention(st.args(s, ref.data()), three.ctx());
+    for (const Ops* ops : fast_backends()) {
+        SCOPED_TRACE(ops->name);
+        std::vector<float> split(n_out, -1.0f), whole(n_out, -2.0f);
+        ops->attention(st.args(s, split.data()), three.ctx());
+        ops->attention(st.args(s, whole.data()), one_thread.ctx());
+        for (size_t i = 0; i < n_out; ++i) {
+            ASSERT_NEAR(split[i], ref[i], 2e-5 * (1 + std::fabs(ref[i]))) << "element " << i;
+            ASSERT_TRUE(same_bits(split[i], whole[i])) << "element " << i;
+        }
+        for (size_t t = 0; t < st.step.n_tokens; ++t) {
+            AttentionArgs a = st.args(s, nullptr);
+            std::vector<float> one(s.n_head * s.head_dim);
+            a.q = st.q.data() + t * s.n_head * s.head_dim;
+            a.out = one.data();
+            a.n_tokens = 1;
+            a.positions = st.step.positions() + t;
+            a.seq_of_token = st.step.seq_of_token() + t;
+            ops->attention(a, three.ctx());
+            for (size_t i = 0; i < one.size(); ++i)
+                ASSERT_TRUE(same_bits(one[i], split[t * one.size() + i]))
+                    << "token " << t << " element " << i;
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Kv, Attention,
                          ::testing::Combine(::testing::Values(KvDtype::F16, KvDtype::Q8_0,
                                                               KvDtype::BF16, KvDtype::F32),

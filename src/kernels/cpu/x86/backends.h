@@ -19,9 +19,9 @@ inline constexpr int kQueryWindow = 16;
 // needs more. They size its scratch.
 inline constexpr uint32_t kMaxChunkKeys = 64;
 inline constexpr uint32_t kChunkFloats = 4096;
-// Keys per attention segment (about: a whole number of chunks): each segment
-// of a query's keys runs its softmax steps into a state of its own, and the
-// states are folded in order (attention.h).
+// Keys per attention segment (rounded down to a whole number of chunks):
+// each segment of a query's keys runs its softmax steps into a state of its
+// own, and the states are folded in order (attention.h).
 inline constexpr uint32_t kSegmentKeys = 256;
 // Segment states (per query head of one token) each thread's scratch keeps
 // for decode steps whose segments run as work items of their own.

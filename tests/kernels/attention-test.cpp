@@ -132,6 +132,25 @@ bool same_bits(float a, float b) {
     return std::memcmp(&a, &b, 4) == 0;
 }
 
+// Each token of the step alone, as a batch of one, gives the bits of its
+// rows in `out` (the whole step's).
+void expect_each_token_alone_the_same(const Ops& ops, const CacheFixture& st, const Shape& s,
+                                      const Context& ctx, const std::vector<float>& out) {
+    for (size_t t = 0; t < st.step.n_tokens; ++t) {
+        AttentionArgs a = st.args(s, nullptr);
+        std::vector<float> one(s.n_head * s.head_dim);
+        a.q = st.q.data() + t * s.n_head * s.head_dim;
+        a.out = one.data();
+        a.n_tokens = 1;
+        a.positions = st.step.positions() + t;
+        a.seq_of_token = st.step.seq_of_token() + t;
+        ops.attention(a, ctx);
+        for (size_t i = 0; i < one.size(); ++i)
+            ASSERT_TRUE(same_bits(one[i], out[t * one.size() + i]))
+                << "token " << t << " element " << i;
+    }
+}
+
 class Attention : public ::testing::TestWithParam<std::tuple<KvDtype, int>> {};
 
 const Shape kShapes[] = {
@@ -169,20 +188,7 @@ TEST_P(Attention, MatchesTheReferenceAndIsBatchInvariant) {
         for (size_t i = 0; i < n_out; ++i)
             ASSERT_NEAR(out[i], ref[i], 2e-5 * (1 + std::fabs(ref[i]))) << "element " << i;
 
-        // Each token alone, as a batch of one.
-        for (size_t t = 0; t < st.step.n_tokens; ++t) {
-            AttentionArgs a = st.args(s, nullptr);
-            std::vector<float> one(s.n_head * s.head_dim);
-            a.q = st.q.data() + t * s.n_head * s.head_dim;
-            a.out = one.data();
-            a.n_tokens = 1;
-            a.positions = st.step.positions() + t;
-            a.seq_of_token = st.step.seq_of_token() + t;
-            ops->attention(a, tc.ctx());
-            for (size_t i = 0; i < one.size(); ++i)
-                ASSERT_TRUE(same_bits(one[i], out[t * one.size() + i]))
-                    << "token " << t << " element " << i;
-        }
+        ASSERT_NO_FATAL_FAILURE(expect_each_token_alone_the_same(*ops, st, s, tc.ctx(), out));
     }
 }
 
@@ -211,19 +217,7 @@ TEST_P(Attention, ADecodeStepIsTheSameSplitOverKeysOrNot) {
             ASSERT_NEAR(split[i], ref[i], 2e-5 * (1 + std::fabs(ref[i]))) << "element " << i;
             ASSERT_TRUE(same_bits(split[i], whole[i])) << "element " << i;
         }
-        for (size_t t = 0; t < st.step.n_tokens; ++t) {
-            AttentionArgs a = st.args(s, nullptr);
-            std::vector<float> one(s.n_head * s.head_dim);
-            a.q = st.q.data() + t * s.n_head * s.head_dim;
-            a.out = one.data();
-            a.n_tokens = 1;
-            a.positions = st.step.positions() + t;
-            a.seq_of_token = st.step.seq_of_token() + t;
-            ops->attention(a, three.ctx());
-            for (size_t i = 0; i < one.size(); ++i)
-                ASSERT_TRUE(same_bits(one[i], split[t * one.size() + i]))
-                    << "token " << t << " element " << i;
-        }
+        ASSERT_NO_FATAL_FAILURE(expect_each_token_alone_the_same(*ops, st, s, three.ctx(), split));
     }
 }
 

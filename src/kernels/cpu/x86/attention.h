@@ -444,6 +444,35 @@ struct AttnPlan {
     }
 };
 
+// Hands work items [0, n_items) to the pool's threads as they come free:
+// fn(the thread's scratch, item).
+template <class V, class Fn>
+void run_items(const AttentionArgs& a, const Context& ctx, const AttnPlan<V>& plan, int64_t n_items,
+               Fn&& fn) {
+    std::atomic<int64_t> next{0};
+    ctx.pool->run([&](int thread) {
+        const AttnScratch<V> sc = plan.scratch(ctx, thread, a);
+        for (;;) {
+            const int64_t item = next.fetch_add(1, std::memory_order_relaxed);
+            if (item >= n_items) break;
+            fn(sc, item);
+        }
+    });
+}
+
+// fn(t0, t1, block table) for each run [t0, t1) of one sequence's tokens in
+// [w0, w1).
+template <class Fn>
+void for_each_run(const AttentionArgs& a, int64_t w0, int64_t w1, Fn&& fn) {
+    const uint32_t g = a.kv->group_of_layer[a.layer];
+    for (int64_t t0 = w0; t0 < w1;) {
+        int64_t t1 = t0 + 1;
+        while (t1 < w1 && a.seq_of_token[t1] == a.seq_of_token[t0]) ++t1;
+        fn(t0, t1, a.step->table(g, a.seq_of_token[t0]));
+        t0 = t1;
+    }
+}
+
 // A decode step (one window of tokens) with few KV heads for the threads,
 // split over keys: work item (segment s, KV head h) runs every sequence's
 // queries on h against the keys of s into a slot of segment states, in the
@@ -477,25 +506,14 @@ bool attention_split(const AttentionArgs& a, const Context& ctx, const AttnPlan<
         return reinterpret_cast<float*>(ctx.thread_scratch(thread) + plan.states_offset) +
                static_cast<uint64_t>(item) % slots_per_thread * slot_floats;
     };
-    const uint32_t g = a.kv->group_of_layer[a.layer];
-    std::atomic<int64_t> next{0};
-    ctx.pool->run([&](int thread) {
-        const AttnScratch<V> sc = plan.scratch(ctx, thread, a);
-        for (;;) {
-            const int64_t item = next.fetch_add(1, std::memory_order_relaxed);
-            if (item >= n_items) break;
-            const uint32_t s = s_lo + static_cast<uint32_t>(item / a.n_head_kv);
-            const auto kv_h = static_cast<uint32_t>(item % a.n_head_kv);
-            float* states = slot(item);
-            for (int64_t t0 = 0; t0 < a.n_tokens;) {
-                int64_t t1 = t0 + 1;
-                while (t1 < a.n_tokens && a.seq_of_token[t1] == a.seq_of_token[t0]) ++t1;
-                attend_run<V>(a, a.step->table(g, a.seq_of_token[t0]), kv_h, t0, t1, sc,
-                              s * plan.sk, (s + 1) * plan.sk,
-                              states + static_cast<uint64_t>(t0) * group * stride);
-                t0 = t1;
-            }
-        }
+    run_items(a, ctx, plan, n_items, [&](const AttnScratch<V>& sc, int64_t item) {
+        const uint32_t s = s_lo + static_cast<uint32_t>(item / a.n_head_kv);
+        const auto kv_h = static_cast<uint32_t>(item % a.n_head_kv);
+        float* states = slot(item);
+        for_each_run(a, 0, a.n_tokens, [&](int64_t t0, int64_t t1, const int32_t* table) {
+            attend_run<V>(a, table, kv_h, t0, t1, sc, s * plan.sk, (s + 1) * plan.sk,
+                          states + static_cast<uint64_t>(t0) * group * stride);
+        });
     });
     const int64_t n_q = a.n_tokens * a.n_head;
     ctx.pool->run([&](int thread) {
@@ -522,25 +540,15 @@ void attention(const AttentionArgs& a, const Context& ctx) {
     if (attention_split<V>(a, ctx, plan)) return;
     const int64_t n_windows = (a.n_tokens + kQueryWindow - 1) / kQueryWindow;
     const int64_t n_items = n_windows * a.n_head_kv;
-    std::atomic<int64_t> next{0};
-    ctx.pool->run([&](int thread) {
-        const AttnScratch<V> sc = plan.scratch(ctx, thread, a);
-        for (;;) {
-            const int64_t item = next.fetch_add(1, std::memory_order_relaxed);
-            if (item >= n_items) break;
-            // Later windows see more keys: hand them out first.
-            const int64_t w = n_windows - 1 - item / a.n_head_kv;
-            const auto kv_h = static_cast<uint32_t>(item % a.n_head_kv);
-            const int64_t w0 = w * kQueryWindow;
-            const int64_t w1 = std::min<int64_t>(a.n_tokens, w0 + kQueryWindow);
-            for (int64_t t0 = w0; t0 < w1;) {
-                int64_t t1 = t0 + 1;
-                while (t1 < w1 && a.seq_of_token[t1] == a.seq_of_token[t0]) ++t1;
-                const uint32_t g = a.kv->group_of_layer[a.layer];
-                attend_run<V>(a, a.step->table(g, a.seq_of_token[t0]), kv_h, t0, t1, sc);
-                t0 = t1;
-            }
-        }
+    run_items(a, ctx, plan, n_items, [&](const AttnScratch<V>& sc, int64_t item) {
+        // Later windows see more keys: hand them out first.
+        const int64_t w = n_windows - 1 - item / a.n_head_kv;
+        const auto kv_h = static_cast<uint32_t>(item % a.n_head_kv);
+        const int64_t w0 = w * kQueryWindow;
+        const int64_t w1 = std::min<int64_t>(a.n_tokens, w0 + kQueryWindow);
+        for_each_run(a, w0, w1, [&](int64_t t0, int64_t t1, const int32_t* table) {
+            attend_run<V>(a, table, kv_h, t0, t1, sc);
+        });
     });
 }
 

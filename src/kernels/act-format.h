@@ -34,7 +34,7 @@ inline constexpr float kInt16Max = 32512.0f;  // 127 * 256: keeps |hi| <= 127
 inline constexpr uint64_t kKSumBytes = 128;
 
 // 256-element superblocks of sub-blocks with their own scales.
-inline bool is_k_type(TensorType t) {
+constexpr bool is_k_type(TensorType t) {
     return t == TensorType::Q2_K || t == TensorType::Q3_K || t == TensorType::Q4_K ||
            t == TensorType::Q5_K || t == TensorType::Q6_K || t == TensorType::IQ4_XS;
 }

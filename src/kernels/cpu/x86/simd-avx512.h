@@ -293,6 +293,9 @@ struct Avx512 {
     HR_KERNEL_INLINE static void prefetch_l2(const void* p) {
         _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
     }
+    HR_KERNEL_INLINE static void prefetch_l1(const void* p) {
+        _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+    }
 };
 
 }  // namespace headroom::kernels::x86

@@ -39,6 +39,15 @@ constexpr bool is_k_type(TensorType t) {
            t == TensorType::Q5_K || t == TensorType::Q6_K || t == TensorType::IQ4_XS;
 }
 
+// Elements per activation scale for weights of type t, and bytes of a
+// block's sums (ActLayout).
+constexpr int act_block(TensorType t) {
+    return is_k_type(t) ? 256 : 32;
+}
+constexpr uint64_t act_sum_bytes(TensorType t) {
+    return is_k_type(t) ? kKSumBytes : 4;
+}
+
 // Types the integer kernels take (others run on f32 activations).
 inline bool is_int_type(TensorType t) {
     switch (t) {
@@ -81,13 +90,13 @@ struct ActLayout {
 inline ActLayout act_layout(int64_t n, TensorType w_type, ActPrecision quant) {
     ActLayout l;
     l.n = n;
-    l.block = is_k_type(w_type) ? 256 : 32;
+    l.block = act_block(w_type);
     const auto un = static_cast<uint64_t>(n);
     const uint64_t nb = un / static_cast<uint64_t>(l.block);
     l.lo = un;
     l.d = quant == ActPrecision::Int16 ? 2 * un : un;
     l.sums = l.d + 4 * nb;
-    l.sum_bytes = is_k_type(w_type) ? kKSumBytes : 4;
+    l.sum_bytes = act_sum_bytes(w_type);
     l.row_bytes = (l.sums + l.sum_bytes * nb + 63) / 64 * 64;
     return l;
 }

@@ -148,7 +148,7 @@ void matmul_dequant(const Matrix& w, const Acts& x, float* y, const Context& ctx
     constexpr int L = V::kLanes;
     constexpr int NR = V::kNr32Int8;
     const IntKernel<V> kern = int_kernel<V>(w.type, false, packed);
-    const int block = is_k_type(w.type) ? 256 : 32;
+    const int block = act_block(w.type);
     const int64_t nb = w.n_cols / block;
     const int64_t chunk = 256 / block;  // 256 columns: the f32 panel is 256 x L floats
     for_each_group<V>(w, x.n_tokens, ctx, [&](int64_t g, bool, int thread) {

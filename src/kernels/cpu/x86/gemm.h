@@ -436,9 +436,9 @@ inline constexpr int64_t kActAheadBlocks = is_k_type(T) ? 1 : 8;
 template <class V, TensorType T, int NR, bool kI16>
 HR_KERNEL_INLINE void prefetch_acts(const Tok* tok, int64_t blk, int64_t b0, int64_t nb) {
     constexpr int64_t kAhead = kActAheadBlocks<T>;
-    constexpr bool kSuper = is_k_type(T);  // 256-element blocks
-    constexpr int64_t kBlock = kSuper ? 256 : 32;
-    constexpr uint64_t kSumBytes = kSuper ? kKSumBytes : 4;
+    constexpr bool kSuper = is_k_type(T);  // a block's values and sums are whole lines
+    constexpr int64_t kBlock = act_block(T);
+    constexpr uint64_t kSumBytes = act_sum_bytes(T);
     int64_t b = blk + kAhead;
     if (b >= b0 + nb) b = b0 + (b - b0) % nb;
     const auto line_start = [](const void* p) {
@@ -446,11 +446,13 @@ HR_KERNEL_INLINE void prefetch_acts(const Tok* tok, int64_t blk, int64_t b0, int
     };
     for (int t = 0; t < NR; ++t) {
         const uint8_t* q = tok[t].qs + b * kBlock;
-        const uint8_t* lo = tok[t].lo + b * kBlock;
         if (kSuper || line_start(q))
             for (int64_t o = 0; o < kBlock; o += 64) V::prefetch_l1(q + o);
-        if (kI16 && (kSuper || line_start(lo)))
-            for (int64_t o = 0; o < kBlock; o += 64) V::prefetch_l1(lo + o);
+        if constexpr (kI16) {
+            const uint8_t* lo = tok[t].lo + b * kBlock;
+            if (kSuper || line_start(lo))
+                for (int64_t o = 0; o < kBlock; o += 64) V::prefetch_l1(lo + o);
+        }
         const uint8_t* sums = tok[t].sums + static_cast<uint64_t>(b) * kSumBytes;
         if (kSuper || line_start(sums))
             for (uint64_t o = 0; o < kSumBytes; o += 64) V::prefetch_l1(sums + o);

@@ -523,7 +523,13 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
             I S[NR], Sl[NR], sc[16], w[16];
             F d;
             for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
-            if constexpr (Src::kRepacked) {
+            if constexpr (Src::kRepacked && V::kQ6KScalesFirst) {
+                R::scales(src, blk, sc, d);
+                for (int s = 0; s < 16; ++s) {
+                    R::sub(src, blk, s, w);
+                    sub_q6<V, NR, kI16>(w, sc[s], tok, blk, s, S, Sl);
+                }
+            } else if constexpr (Src::kRepacked) {
                 // Each scale loaded where its sub-block needs it.
                 d = src.half(blk, 208);
                 for (int s = 0; s < 16; ++s) {

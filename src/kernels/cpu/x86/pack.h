@@ -623,9 +623,9 @@ struct ReadQ6K {
     using F = typename V::F;
 
     // Scale s (int8) of every row of the repacked copy: one sign-extending
-    // load, where the GGUF order takes two shifts per scale and a decode
-    // step kept all 16 on the stack (3-7% more matrix x vector throughput
-    // from cache on Zen 4, AVX-512 and AVX2).
+    // load, where the GGUF order takes two shifts per scale (3-7% more
+    // matrix x vector throughput from cache on Zen 4, AVX-512 and AVX2, than
+    // the GGUF order's 16 scales kept on the stack).
     HR_KERNEL_INLINE static I scale(const PackedSrc<V, TensorType::Q6_K>& src, int64_t b, int s) {
         return V::load_s8(src.at(b, 192 + s));
     }

@@ -29,6 +29,10 @@ struct Avx2 {
     // Q5_K's copy keeps the GGUF order: 8 x a 5-bit level would saturate
     // vpmaddubsw's pair sums (simd-avx512.h).
     static constexpr bool kQ5KFiveVectors = false;
+    // 16 scales do not fit the 16 registers: loaded where their sub-blocks
+    // need them (simd-avx512.h). First, on Zen 4, Q6_K decode's products ran
+    // at 0.61-0.63 of a plain read's rate against 0.65-0.68.
+    static constexpr bool kQ6KScalesFirst = false;
     // Tokens per micro-kernel call (register budget: 16 vectors) and the
     // float kernels' rows x tokens tile.
     // kNr32Int8Small: Q4_0 and Q4_1, whose block sums stay in one int16

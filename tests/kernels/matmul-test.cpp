@@ -115,8 +115,9 @@ TEST_P(IntMatmul, MatchesTheSpecExactlyAndTheReferenceWithinTheQuantizationBound
         for (const bool packed : {false, true}) {
             SCOPED_TRACE(std::string(ops->name) + (packed ? " repacked" : " as stored"));
             const Matrix m = packed ? repacked(*ops, w.m, store, tc.ctx()) : w.m;
-            // Decode-sized calls read the weights directly, batches go through a panel.
-            for (const int64_t nt : {int64_t{1}, int64_t{3}, n_tokens}) {
+            // Decode-sized calls read the weights directly (kernels for one,
+            // two and more tokens), batches go through a panel.
+            for (const int64_t nt : {int64_t{1}, int64_t{2}, int64_t{3}, n_tokens}) {
                 const auto y = run(*ops, m, x, nt, tc.ctx());
                 for (size_t i = 0; i < y.size(); ++i) {
                     ASSERT_TRUE(same_bits(y[i], spec[i]))

@@ -266,7 +266,9 @@ HR_KERNEL_INLINE void finish_q45(const typename V::I* S, const typename V::I* Sl
 // Sub-block s (16 weights, 4 vectors) of a superblock of 16-element
 // sub-blocks: S += sc * (dot - offset * asum) for Q6_K and Q3_K (kOffset: the
 // sums hold -offset * asum); S += sc * dot for Q2_K, whose mins come apart.
-template <class V, int NR, bool kI16, bool kOffset = true>
+// kDown: the weights are the levels times 2^kDown (Q2_K's, masked in place),
+// and each dot product, a multiple of 2^kDown, is divided exactly first.
+template <class V, int NR, bool kI16, bool kOffset = true, int kDown = 0>
 HR_KERNEL_INLINE void sub_q6(const typename V::I* w, typename V::I sc, const Tok* tok, int64_t blk,
                              int s, typename V::I* S, typename V::I* Sl) {
     using I = typename V::I;
@@ -295,9 +297,30 @@ HR_KERNEL_INLINE void sub_q6(const typename V::I* w, typename V::I sc, const Tok
         }
     }
     for (int t = 0; t < NR; ++t) {
+        if constexpr (kDown > 0) is[t] = V::template sra<kDown>(is[t]);
         S[t] = V::add(S[t], V::mullo(is[t], sc));
         if (kI16) Sl[t] = V::add(Sl[t], V::mullo(il[t], sc));
     }
+}
+
+// Q2_K's sub-blocks 8n + 2j and 8n + 2j + 1 (j < 4) from half n's qs
+// bytes q, where the multiply-adds take any u8 (V::kExactU8Dot): the levels
+// masked in place, as 4^j x level, one operation a vector where a shift and
+// a mask take two; sub_q6 divides each dot product by 4^j exactly, a shift
+// per token, so it pays for one or two tokens. On one Zen 4 core the product
+// ran 8% faster from cache, and a Q2_K TinyLlama's decode read 83-86% of the
+// bandwidth against 76-80%.
+template <class V, int NR, int j>
+HR_KERNEL_INLINE void q2k_pair(const typename V::I q[8], const typename V::I* sc, const Tok* tok,
+                               int64_t blk, int n, typename V::I* S) {
+    using I = typename V::I;
+    static_assert(V::kExactU8Dot);
+    const I mask = V::set1_8(static_cast<int8_t>(3 << (2 * j)));
+    I w[8];
+    for (int k = 0; k < 8; ++k) w[k] = V::and_(q[k], mask);
+    const int s = 8 * n + 2 * j;
+    sub_q6<V, NR, false, false, 2 * j>(w, sc[s], tok, blk, s, S, nullptr);
+    sub_q6<V, NR, false, false, 2 * j>(w + 4, sc[s + 1], tok, blk, s + 1, S, nullptr);
 }
 
 // Sub-block s (32 weights, 8 vectors) of IQ4_XS superblock blk, its levels

@@ -590,28 +590,15 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
             finish_q45<V, NR, kI16, 8>(S, Sl, mp, d, dmin, tok, blk, acc);
         } else if constexpr (T == TensorType::Q3_K) {
             using R = ReadQ3K<V>;
-            I S[NR], Sl[NR], sc[16], h[8], q[8], w[8];
+            I S[NR], Sl[NR], sc[16];
             F d;
             for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
             R::scales(src, blk, sc, d);
-            if constexpr (Src::kRepacked) {
-                for (int p = 0; p < 8; ++p) {
-                    R::pair(src, blk, p, w);
+            R::pairs(
+                src, blk, [&](int p, const I* w) __attribute__((always_inline)) {
                     sub_q6<V, NR, kI16>(w, sc[2 * p], tok, blk, 2 * p, S, Sl);
                     sub_q6<V, NR, kI16>(w + 4, sc[2 * p + 1], tok, blk, 2 * p + 1, S, Sl);
-                }
-            } else {
-                R::high_bits(src, blk, h);
-                for (int n = 0; n < 2; ++n) {
-                    R::low_bits(src, blk, n, q);
-                    for (int j = 0; j < 4; ++j) {
-                        R::levels(q, h, n, j, w);
-                        const int s = 8 * n + 2 * j;
-                        sub_q6<V, NR, kI16>(w, sc[s], tok, blk, s, S, Sl);
-                        sub_q6<V, NR, kI16>(w + 4, sc[s + 1], tok, blk, s + 1, S, Sl);
-                    }
-                }
-            }
+                });
             finish_q6<V, NR, kI16>(S, Sl, d, tok, blk, acc);
         } else if constexpr (T == TensorType::IQ4_XS) {
             using R = ReadIq4Xs<V>;

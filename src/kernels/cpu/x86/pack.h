@@ -849,6 +849,29 @@ struct ReadQ3K {
         }
     }
 
+    // fn(p, w) for p = 0..7: sub-blocks 2p (w[0..4)) and 2p + 1 (w[4..8)) of
+    // block b, from the repacked copy (pair) or the GGUF bits (levels).
+    template <class Src, class Fn>
+    HR_KERNEL_INLINE static void pairs(const Src& src, int64_t b, Fn&& fn) {
+        I w[8];
+        if constexpr (Src::kRepacked) {
+            for (int p = 0; p < 8; ++p) {
+                pair(src, b, p, w);
+                fn(p, w);
+            }
+        } else {
+            I h[8], q[8];
+            high_bits(src, b, h);
+            for (int n = 0; n < 2; ++n) {
+                low_bits(src, b, n, q);
+                for (int j = 0; j < 4; ++j) {
+                    levels(q, h, n, j, w);
+                    fn(4 * n + j, w);  // sub-blocks 8n + 2j, 8n + 2j + 1
+                }
+            }
+        }
+    }
+
     // Sub-blocks 2p (w[0..4)) and 2p + 1 (w[4..8)) from the repacked copy.
     // (Shifts within 16-bit lanes: each mask keeps bits of the byte itself.)
     HR_KERNEL_INLINE static void pair(const PackedSrc<V, TensorType::Q3_K>& src, int64_t b, int p,
@@ -1028,24 +1051,13 @@ void pack_panel(const Src& src, int64_t b0, int64_t nb, uint8_t* panel) {
             V::fstore(reinterpret_cast<float*>(panel + L.m * vb), dmin);
         } else if constexpr (T == TensorType::Q3_K) {
             using R = ReadQ3K<V>;
-            I h[8], q[8], w[8], sc[16];
+            I sc[16];
             F d;
-            if constexpr (Src::kRepacked) {
-                for (int p = 0; p < 8; ++p) {
-                    R::pair(src, b, p, w);  // sub-blocks 2p, 2p + 1: vectors 8p .. 8p + 8
+            // Sub-blocks 2p, 2p + 1: vectors 8p .. 8p + 8.
+            R::pairs(
+                src, b, [&](int p, const I* w) __attribute__((always_inline)) {
                     for (int k = 0; k < 8; ++k) V::store(panel + (8 * p + k) * vb, w[k]);
-                }
-            } else {
-                R::high_bits(src, b, h);
-                for (int n = 0; n < 2; ++n) {
-                    R::low_bits(src, b, n, q);
-                    for (int j = 0; j < 4; ++j) {
-                        R::levels(q, h, n, j, w);
-                        const int s = 8 * n + 2 * j;  // vectors 4s .. 4s + 8
-                        for (int k = 0; k < 8; ++k) V::store(panel + (4 * s + k) * vb, w[k]);
-                    }
-                }
-            }
+                });
             R::scales(src, b, sc, d);
             for (int s = 0; s < 16; ++s) V::store(panel + (L.scales + s) * vb, sc[s]);
             V::fstore(reinterpret_cast<float*>(panel + L.d * vb), d);

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <span>
 
 #include "core/check.h"
 
@@ -36,6 +37,18 @@ class ShareQueue {
         for (int s = 0; s < n_shares_; ++s)
             shares_[s].range.store(pack(n * s / n_shares_, n * (s + 1) / n_shares_),
                                    std::memory_order_relaxed);
+    }
+
+    // Shares given: thread s owns [bounds[s], bounds[s + 1]) (non-decreasing,
+    // from 0), for bounds.size() - 1 <= kMaxShares shares.
+    ShareQueue(std::span<const int64_t> bounds, int64_t grab)
+        : n_shares_(static_cast<int>(bounds.size()) - 1), grab_(std::max<int64_t>(grab, 1)) {
+        HR_CHECK(n_shares_ >= 1 && n_shares_ <= kMaxShares && bounds[0] == 0 &&
+                 bounds[n_shares_] < (int64_t{1} << 31));
+        for (int s = 0; s < n_shares_; ++s) {
+            HR_CHECK(bounds[s] <= bounds[s + 1]);
+            shares_[s].range.store(pack(bounds[s], bounds[s + 1]), std::memory_order_relaxed);
+        }
     }
 
     // Calls fn(begin, end) for every range `thread` takes, until no items are left.

@@ -16,6 +16,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "format/tensor-type.h"
 #include "kernels/kv-dtype.h"
@@ -30,6 +31,25 @@ namespace headroom::kernels {
 
 struct Ops;
 
+// A repacked copy cut into parts, one per thread of a pool: part t holds
+// rows [row0[t], row0[t + 1]) (whole row groups; row0[n] covers the padded
+// last group) at data[t]. The CPU backend lays part t of every matrix after
+// one another in thread t's own stream of memory, in the order the model
+// reads them, and a decode matmul hands thread t part t of each of its
+// matrices: each thread then reads its weights as one sequential stream from
+// matmul to matmul, which the hardware prefetchers follow without restarting.
+struct PackedParts {
+    std::vector<int64_t> row0;         // n + 1
+    std::vector<const uint8_t*> data;  // n
+
+    int n() const { return static_cast<int>(data.size()); }
+    // The part holding row r (< row0[n]).
+    int part_of(int64_t r) const {
+        return static_cast<int>(std::upper_bound(row0.begin() + 1, row0.end() - 1, r) -
+                                (row0.begin() + 1));
+    }
+};
+
 // W (n_rows, n_cols) in `type`.
 struct Matrix {
     const uint8_t* data = nullptr;
@@ -41,7 +61,18 @@ struct Matrix {
     // its repack at load time), or null. Other backends read `data`.
     const uint8_t* packed = nullptr;
     const Ops* packed_for = nullptr;
+    // Where the copy is cut into parts (packed is then part 0's start), or
+    // null: one piece at packed.
+    const PackedParts* parts = nullptr;
 };
+
+// The repacked copy's rows from r on (r a row group's first row), in its
+// part: repack writes and the kernels read a row group there.
+inline const uint8_t* packed_rows(const Matrix& w, int64_t r) {
+    if (!w.parts) return w.packed + static_cast<uint64_t>(r) * w.row_bytes;
+    const int t = w.parts->part_of(r);
+    return w.parts->data[t] + static_cast<uint64_t>(r - w.parts->row0[t]) * w.row_bytes;
+}
 
 // How the fast backends feed activations to matmuls against quantized
 // weights. Int8 is llama.cpp's scheme (an int8 per element, a scale per
@@ -191,9 +222,12 @@ struct Ops {
     // w as stored. The copy replaces the stored weights in memory, and is
     // their size rounded up to whole row groups (16 rows at most).
     uint64_t (*packed_bytes)(const Matrix& w);
-    // Writes the copy (packed_bytes(w) bytes) to dst; then set w.packed = dst
-    // and w.packed_for = this table.
+    // Writes the copy (packed_bytes(w) bytes) to dst, or, where w.parts is
+    // set, each row group r into its part (packed_rows(w, r); dst unused);
+    // then set w.packed = dst (part 0's start) and w.packed_for = this table.
     void (*repack)(const Matrix& w, uint8_t* dst, const Context& ctx);
+    // Rows of a repacked copy's row group: parts are cut at multiples of it.
+    int packed_group_rows = 1;
 };
 
 // Ops::matmul_experts as one `matmul` call per group and matrix: the

@@ -73,6 +73,33 @@ TEST(ShareQueue, StalledThreadsWorkIsStolen) {
     EXPECT_GT(done[0].load(), 300);
 }
 
+// Shares given by their bounds (empty ones among them): a thread walks its
+// own from the front, then steals; every item once.
+TEST(ShareQueue, GivenBoundsAreEachThreadsShare) {
+    const std::vector<int64_t> bounds = {0, 7, 7, 30};
+    ShareQueue queue(bounds, 5);
+    std::vector<Taken> taken;
+    queue.drain(2, [&](int64_t b, int64_t e) { taken.push_back({b, e}); });
+    // Own share [7, 30) in grabs of 5, then share 0's [0, 7): back half
+    // [3, 7), then [1, 3), then [0, 1).
+    const std::vector<Taken> want = {{7, 12},  {12, 17}, {17, 22}, {22, 27},
+                                     {27, 30}, {3, 7},   {1, 3},   {0, 1}};
+    ASSERT_EQ(taken.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(taken[i].begin, want[i].begin) << i;
+        EXPECT_EQ(taken[i].end, want[i].end) << i;
+    }
+    ThreadPool pool(3);
+    ShareQueue shared(bounds, 2);
+    std::vector<std::atomic<int>> seen(30);
+    pool.run([&](int t) {
+        shared.drain(t, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) seen[i].fetch_add(1);
+        });
+    });
+    for (int64_t i = 0; i < 30; ++i) ASSERT_EQ(seen[i].load(), 1) << i;
+}
+
 TEST(ShareQueue, MoreThreadsThanSharesStillCoverEverything) {
     const int n_threads = ShareQueue::kMaxShares + 2;
     ShareQueue queue(1000, n_threads, 1);

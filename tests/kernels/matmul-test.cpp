@@ -314,6 +314,99 @@ TEST(Matmul, SeveralMatricesInOneCallEachMatchTheirSpec) {
     }
 }
 
+// Repacked copies cut into parts (PackedParts, as the CPU backend lays them
+// out for its pool: part t of every matrix in one stream), cut evenly and
+// with empty parts, for a pool with a thread per part (each thread starts on
+// its own part) and for one with fewer threads: every output equals its own
+// matrix's spec, bit for bit, for decode calls, a batch, and f32 activations.
+TEST(Matmul, RepackedCopiesCutIntoPartsMatchTheirSpec) {
+    HR_REQUIRE_FAST_BACKEND();
+    const int64_t rows[3] = {37, 8, 21};
+    for (const TensorType type : {TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K}) {
+        const int64_t n_in = is_k_type(type) ? 512 : 320;
+        std::vector<Weights> ws;
+        for (int i = 0; i < 3; ++i) ws.push_back(random_weights(type, rows[i], n_in, 70 + i));
+        const int64_t max_tokens = 20;
+        const auto x = random_acts(max_tokens, n_in, 80);
+        for (const Ops* ops : fast_backends()) {
+            const int64_t L = ops->packed_group_rows;
+            for (const int n_parts : {2, 3}) {
+                for (const bool even : {true, false}) {
+                    // Part t of matrix i: groups [cut(i, t), cut(i, t + 1)); uneven:
+                    // the first part takes every group, the others are empty.
+                    auto cut = [&](int i, int t) {
+                        const int64_t g = (rows[i] + L - 1) / L;
+                        return even ? g * t / n_parts : (t == 0 ? 0 : g);
+                    };
+                    std::vector<PackedParts> parts(3);
+                    std::vector<std::vector<uint8_t>> region(static_cast<size_t>(n_parts));
+                    for (int t = 0; t < n_parts; ++t) {
+                        uint64_t bytes = 0;
+                        for (int i = 0; i < 3; ++i)
+                            bytes += static_cast<uint64_t>(cut(i, t + 1) - cut(i, t)) * L *
+                                     ws[i].m.row_bytes;
+                        region[t].assign(bytes + 64, 0);
+                    }
+                    Matrix m[3];
+                    const Matrix* mp[3];
+                    for (int t = 0; t < n_parts; ++t) {
+                        uint64_t at = 0;
+                        for (int i = 0; i < 3; ++i) {
+                            parts[i].data.resize(static_cast<size_t>(n_parts));
+                            parts[i].data[t] = region[t].data() + at;
+                            at += static_cast<uint64_t>(cut(i, t + 1) - cut(i, t)) * L *
+                                  ws[i].m.row_bytes;
+                        }
+                    }
+                    for (int i = 0; i < 3; ++i) {
+                        for (int t = 0; t <= n_parts; ++t) parts[i].row0.push_back(cut(i, t) * L);
+                        m[i] = ws[i].m;
+                        m[i].parts = &parts[i];
+                        TestContext pack(2, static_cast<uint64_t>(n_in), 1);
+                        ops->repack(m[i], nullptr, pack.ctx());
+                        m[i].packed = parts[i].data[0];
+                        m[i].packed_for = ops;
+                        mp[i] = &m[i];
+                    }
+                    for (const int n_threads : {n_parts, 2}) {
+                        TestContext tc(n_threads, static_cast<uint64_t>(n_in), max_tokens);
+                        for (const ActPrecision quant : {ActPrecision::Int8, ActPrecision::F32}) {
+                            tc.ctx().act_precision = quant;
+                            for (const int64_t nt :
+                                 {int64_t{1}, int64_t{2}, int64_t{3}, max_tokens}) {
+                                SCOPED_TRACE(std::string(name(type)) + " " + ops->name + ", " +
+                                             std::to_string(n_parts) +
+                                             (even ? " even" : " uneven") + " parts, " +
+                                             std::to_string(n_threads) + " threads, " +
+                                             std::to_string(nt) + " tokens" +
+                                             (quant == ActPrecision::F32 ? ", f32 acts" : ""));
+                                std::vector<float> y[3];
+                                float* yp[3];
+                                for (int i = 0; i < 3; ++i) {
+                                    y[i].assign(static_cast<size_t>(nt * rows[i]), -1.0f);
+                                    yp[i] = y[i].data();
+                                }
+                                const Acts a = ops->prepare(x.data(), nt, n_in, type, tc.ctx());
+                                ops->matmul_n(mp, yp, 3, a, tc.ctx());
+                                for (int i = 0; i < 3; ++i) {
+                                    std::vector<float> spec(y[i].size());
+                                    if (quant == ActPrecision::F32)
+                                        ref::matmul_f32_acts(ws[i].m, x.data(), nt, spec.data());
+                                    else
+                                        ref::matmul_int(ws[i].m, x.data(), nt, quant, spec.data());
+                                    for (size_t e = 0; e < spec.size(); ++e)
+                                        ASSERT_TRUE(same_bits(y[i][e], spec[e]))
+                                            << "matrix " << i << " element " << e;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 // A MoE projection: experts' gate and up over their runs of sorted rows
 // (1 token: the direct path; 13 and 30: batches through a panel; an expert
 // with none), in one call. Each row equals the spec of its expert's matrix

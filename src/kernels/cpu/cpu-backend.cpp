@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "core/progress.h"
+#include "core/share-queue.h"
 #include "core/units.h"
 #include "kernels/cpu/ref/quant.h"
 
@@ -200,7 +201,7 @@ Weight CpuBackend::upload_matrix(const HostTensor& t, WeightUse use) {
         Matrix m{t.data + matrix_bytes * e, t.type, t.n_rows, t.n_cols, t.row_bytes};
         weights_.push_back(m);
         if (pack && ops_.packed_bytes(m) > 0)
-            to_pack_.push_back(static_cast<uint32_t>(weights_.size()));
+            to_pack_.push_back({static_cast<uint32_t>(weights_.size()), t.n_expert > 0});
     }
     return {t.type, t.n_rows, t.n_cols, t.row_bytes, first, t.n_expert};
 }
@@ -217,19 +218,64 @@ Weight CpuBackend::upload_vector(const float* values, int64_t n, uint64_t stored
     return {TensorType::F32, 1, n, bytes, id};
 }
 
+// The repacked copies. With a pool of S > 1 threads, each matrix (but an
+// expert's, whose decode reads only the routed experts) is cut into S parts
+// of whole row groups, part t holding groups [G t / S, G (t + 1) / S) of its
+// G; the region holds part 0 of every matrix in load order (the order the
+// model reads them), then part 1 of every matrix, and so on, then the
+// experts' copies whole. So thread t, given part t of each matrix of a decode
+// matmul (IntMatmul), streams its weights from one matmul into the next.
 void CpuBackend::end_weights() {
+    const int n_parts = pool_.n_threads() <= ShareQueue::kMaxShares ? pool_.n_threads() : 1;
+    const int64_t group_rows = ops_.packed_group_rows;
+    std::vector<PackedParts*> cut(to_pack_.size(), nullptr);
+    if (n_parts > 1) {
+        for (size_t k = 0; k < to_pack_.size(); ++k) {
+            if (to_pack_[k].expert) continue;
+            const Matrix& m = weights_[to_pack_[k].id - 1];
+            const int64_t n_groups = (m.n_rows + group_rows - 1) / group_rows;
+            PackedParts& p = parts_.emplace_back();
+            for (int t = 0; t <= n_parts; ++t)
+                p.row0.push_back(n_groups * t / n_parts * group_rows);
+            p.data.assign(n_parts, nullptr);
+            cut[k] = &p;
+        }
+    }
+    auto part_bytes = [&](size_t k, int t) {
+        const Matrix& m = weights_[to_pack_[k].id - 1];
+        return pack_size(static_cast<uint64_t>(cut[k]->row0[t + 1] - cut[k]->row0[t]) *
+                         m.row_bytes);
+    };
     uint64_t total = 0;
-    for (uint32_t id : to_pack_) total += pack_size(ops_.packed_bytes(weights_[id - 1]));
+    for (size_t k = 0; k < to_pack_.size(); ++k) {
+        if (!cut[k]) {
+            total += pack_size(ops_.packed_bytes(weights_[to_pack_[k].id - 1]));
+            continue;
+        }
+        for (int t = 0; t < n_parts; ++t) total += part_bytes(k, t);
+    }
     if (total == 0) return;
     uint8_t* region = packed_.emplace_back(total, "repacked weights").data();
+    // Where each copy (or part) goes: parts first, part by part, then whole copies.
     uint64_t at = 0;
-    for (uint32_t id : to_pack_) {
-        Matrix& m = weights_[id - 1];
-        const uint64_t n = ops_.packed_bytes(m);
-        ops_.repack(m, region + at, ctx_);
-        m.packed = region + at;
+    for (int t = 0; t < n_parts; ++t)
+        for (size_t k = 0; k < to_pack_.size(); ++k)
+            if (cut[k]) {
+                cut[k]->data[t] = region + at;
+                at += part_bytes(k, t);
+            }
+    for (size_t k = 0; k < to_pack_.size(); ++k) {
+        Matrix& m = weights_[to_pack_[k].id - 1];
+        uint8_t* dst = region + at;
+        if (cut[k]) {
+            m.parts = cut[k];
+            dst = const_cast<uint8_t*>(cut[k]->data[0]);
+        } else {
+            at += pack_size(ops_.packed_bytes(m));
+        }
+        ops_.repack(m, dst, ctx_);
+        m.packed = dst;
         m.packed_for = &ops_;
-        at += pack_size(n);
         // The file's pages of this matrix are not read again: drop them from
         // this process (whole pages inside the matrix only). Memory that is
         // not a mapping of the file stays: dropping it would zero it.
@@ -239,6 +285,7 @@ void CpuBackend::end_weights() {
             (reinterpret_cast<uintptr_t>(m.data) + m.row_bytes * m.n_rows) & ~(kPage - 1);
         if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
     }
+    HR_CHECK(at == total);
     to_pack_.clear();
 }
 

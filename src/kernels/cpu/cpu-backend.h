@@ -8,6 +8,7 @@
 // wall time per op, and the weight read rate of the matmuls, when it closes.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -120,9 +121,14 @@ class CpuBackend final : public Backend {
     // The model file's tensor data (not owned) and the weights' matrices.
     std::span<const uint8_t> file_data_;
     bool file_mapped_ = false;
-    std::vector<Matrix> weights_;    // Weight::id - 1
-    std::vector<uint32_t> to_pack_;  // ids of matrices read by matmul, not yet repacked
+    std::vector<Matrix> weights_;  // Weight::id - 1
+    struct ToPack {
+        uint32_t id;  // a matrix read by matmul, not yet repacked
+        bool expert;  // one expert's of an expert tensor
+    };
+    std::vector<ToPack> to_pack_;
     std::vector<Region> packed_;     // their repacked copies, a region per end_weights
+    std::deque<PackedParts> parts_;  // where copies are cut into parts (Matrix::parts)
     uint64_t matmul_bytes_read_ = 0;
     std::vector<ExpertGroup> groups_;   // matmul_experts' groups (kMaxExperts, taken once)
     std::unique_ptr<Profile> profile_;  // null unless HEADROOM_CPU_PROFILE

@@ -127,7 +127,7 @@ const Ops& ref_ops() {
     static const Ops kOps = {
         "ref",         ref_prepare, ref_matmul,       ref_matmul_n, ref_matmul_experts,
         ref_attention, ref_rmsnorm, ref_rope,         ref_silu_mul, ref_gelu_mul,
-        ref_add,       store_row,   ref_packed_bytes, ref_repack};
+        ref_add,       store_row,   ref_packed_bytes, ref_repack,   1};
     return kOps;
 }
 

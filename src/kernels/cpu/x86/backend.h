@@ -18,7 +18,7 @@ struct Backend {
         static const Ops kOps = {V::kName,        prepare<V>,  matmul,     matmul_n,
                                  matmul_experts,  attend,      rmsnorm<V>, rope<V>,
                                  silu_mul<V>,     gelu_mul<V>, add<V>,     store_row<V>,
-                                 packed_bytes<V>, repack<V>};
+                                 packed_bytes<V>, repack<V>,   V::kLanes};
         return kOps;
     }
 

@@ -162,7 +162,7 @@ void matmul_dequant(const Matrix& w, const Acts& x, float* y, const Context& ctx
         RowGroup<V> rg;
         GroupRef<V> ref{&rg, nullptr};
         if (packed)
-            ref.packed = w.packed + at;
+            ref.packed = packed_rows(w, r0);
         else
             rg = make_row_group<V>(w.data + at, w.row_bytes, n_valid);
         for (int64_t b0 = 0; b0 < nb; b0 += chunk) {

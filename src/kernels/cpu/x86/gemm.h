@@ -783,9 +783,11 @@ IntKernel<V> int_kernel(TensorType t, bool i16, bool packed) {
 // 1/32 of its share at a time, so one slowed by the machine's other load
 // gives up most of it; a batch makes each group a large piece of work, taken
 // one at a time.
+inline int64_t group_grab(int64_t n_groups, int n_threads, int64_t n_tokens) {
+    return n_tokens >= 16 ? 1 : n_groups / (32 * static_cast<int64_t>(n_threads));
+}
 inline ShareQueue group_queue(int64_t n_groups, int n_threads, int64_t n_tokens) {
-    return ShareQueue(n_groups, n_threads,
-                      n_tokens >= 16 ? 1 : n_groups / (32 * static_cast<int64_t>(n_threads)));
+    return ShareQueue(n_groups, n_threads, group_grab(n_groups, n_threads, n_tokens));
 }
 
 // A row group's rows are contiguous, but RowsSrc reads them as 16
@@ -839,7 +841,9 @@ void repack_matrix(const Matrix& w, uint8_t* dst, const Context& ctx) {
         const int n_valid = static_cast<int>(std::min<int64_t>(L, w.n_rows - r0));
         const RowGroup<V> rg = make_row_group<V>(w.data + static_cast<uint64_t>(r0) * w.row_bytes,
                                                  w.row_bytes, n_valid);
-        repack_group<V, T>(rg, nb, dst + static_cast<uint64_t>(r0) * w.row_bytes);
+        uint8_t* out = w.parts ? const_cast<uint8_t*>(packed_rows(w, r0))
+                               : dst + static_cast<uint64_t>(r0) * w.row_bytes;
+        repack_group<V, T>(rg, nb, out);
     });
 }
 
@@ -878,13 +882,20 @@ void repack(const Matrix& w, uint8_t* dst, const Context& ctx) {
     }
 }
 
-// One matmul_int call, set up once: each matrix's kernel, where its row
-// groups start in the numbering the n matrices share, and how the batch is
-// cut into token tiles. A work item is one (tile, row group) pair.
+// One matmul_int call, set up once: each matrix's kernel, how the n
+// matrices' row groups are numbered, and how the batch is cut into token
+// tiles. A work item is one (tile, row group) pair.
+//
+// Row groups are numbered part by part (PackedParts): part 0 of matrix 0,
+// part 0 of matrix 1, ..., part 1 of matrix 0, ... ("runs"), where every
+// matrix is cut into the same number of parts, else as one part each. A
+// decode call with a part per pool thread gives thread t the runs of part t
+// (share_bounds), the weights it reads next in its own stream.
 template <class V>
 class IntMatmul {
   public:
     static constexpr int kMaxMatrices = 4;
+    static constexpr int kMaxParts = ShareQueue::kMaxShares;
 
     IntMatmul(const Matrix* const* ws, float* const* ys, int n, const Acts& x, const bool* packed)
         : ws_(ws), ys_(ys), packed_(packed), x_(x), n_(n) {
@@ -896,6 +907,25 @@ class IntMatmul {
             kern_[i] = int_kernel<V>(ws[i]->type, x.quant == ActPrecision::Int16, packed[i]);
             first_group_[i + 1] = first_group_[i] + (ws[i]->n_rows + kLanes - 1) / kLanes;
         }
+        n_parts_ = packed[0] && ws[0]->parts ? ws[0]->parts->n() : 1;
+        for (int i = 0; i < n; ++i)
+            if (!packed[i] || !ws[i]->parts || ws[i]->parts->n() != n_parts_) n_parts_ = 1;
+        if (n_parts_ > kMaxParts) n_parts_ = 1;
+        int64_t at = 0;
+        for (int t = 0; t < n_parts_; ++t) {
+            for (int i = 0; i < n; ++i) {
+                run_first_[t * n + i] = at;
+                if (n_parts_ == 1) {
+                    at += first_group_[i + 1] - first_group_[i];
+                } else {
+                    const std::vector<int64_t>& row0 = ws[i]->parts->row0;
+                    HR_DCHECK(row0[t] % kLanes == 0 && row0[t + 1] % kLanes == 0);
+                    at += (row0[t + 1] - row0[t]) / kLanes;
+                }
+            }
+        }
+        run_first_[n_parts_ * n] = at;
+        HR_CHECK(at == first_group_[n]);
         n_chunks_ = (nb_ + kern_[0].chunk - 1) / kern_[0].chunk;
         direct_ = x.n_tokens <= kern_[0].nr_max;
         // A batch runs as tiles of tokens whose activations stay in L2 while
@@ -909,27 +939,39 @@ class IntMatmul {
 
     int64_t n_items() const { return (x_.n_tokens + tile_ - 1) / tile_ * n_groups(); }
 
+    // For a decode call whose matrices have a part per thread of an
+    // n_threads pool: bounds[t] (t <= n_threads), the first item of part t.
+    bool share_bounds(int n_threads, int64_t* bounds) const {
+        if (!direct_ || n_parts_ == 1 || n_parts_ != n_threads) return false;
+        for (int t = 0; t <= n_parts_; ++t) bounds[t] = run_first_[t * n_];
+        return true;
+    }
+
     // Item `item`; range_goes_on: the same thread runs item + 1 next.
     void run(int64_t item, bool range_goes_on, uint8_t* panel, Tok* tok) const {
         const int64_t gg = item % n_groups();
         const int64_t tok0 = item / n_groups() * tile_;
         const int64_t tok1 = std::min(tok0 + tile_, x_.n_tokens);
-        int i = 0;
-        while (gg >= first_group_[i + 1]) ++i;
+        // The run holding gg: the last to start at or before it (an empty
+        // run starts where the next one does).
+        const auto run = static_cast<int>(
+            std::upper_bound(run_first_, run_first_ + n_parts_ * n_ + 1, gg) - run_first_ - 1);
+        const int i = run % n_;
         const Matrix& w = *ws_[i];
         const IntKernel<V>& k = kern_[i];
-        const int64_t r0 = (gg - first_group_[i]) * kLanes;
+        const int64_t part_row0 = n_parts_ == 1 ? 0 : w.parts->row0[run / n_];
+        const int64_t r0 = part_row0 + (gg - run_first_[run]) * kLanes;
         const int n_valid = static_cast<int>(std::min<int64_t>(kLanes, w.n_rows - r0));
         const uint64_t at = static_cast<uint64_t>(r0) * w.row_bytes;
         RowGroup<V> rg;
         GroupRef<V> ref{&rg, nullptr};
         if (packed_[i])
-            ref.packed = w.packed + at;
+            ref.packed = packed_rows(w, r0);
         else
             rg = make_row_group<V>(w.data + at, w.row_bytes, n_valid);
         // Bytes of the next group to prefetch, if the next item is the next
         // group of the same matrix and tile.
-        const bool next_here = range_goes_on && gg + 1 < first_group_[i + 1];
+        const bool next_here = range_goes_on && gg + 1 < run_first_[run + 1];
         const uint64_t next_bytes =
             next_here && !packed_[i]
                 ? static_cast<uint64_t>(std::min<int64_t>(kLanes, w.n_rows - r0 - kLanes)) *
@@ -982,10 +1024,23 @@ class IntMatmul {
     int64_t nb_;
     IntKernel<V> kern_[kMaxMatrices];
     int64_t first_group_[kMaxMatrices + 1];
+    int n_parts_ = 1;
+    int64_t run_first_[kMaxParts * kMaxMatrices + 1];  // [part * n + matrix]: its first group
     int64_t n_chunks_;
     bool direct_;
     int64_t tile_;
 };
+
+// The queue of one call's items: a share per part where the matrices have a
+// part per thread (IntMatmul::share_bounds), else group_queue's.
+template <class V>
+ShareQueue item_queue(const IntMatmul<V>& mm, int n_threads, int64_t n_tokens) {
+    int64_t bounds[IntMatmul<V>::kMaxParts + 1];
+    if (mm.share_bounds(n_threads, bounds))
+        return ShareQueue(std::span<const int64_t>(bounds, n_threads + 1),
+                          group_grab(mm.n_items(), n_threads, n_tokens));
+    return group_queue(mm.n_items(), n_threads, n_tokens);
+}
 
 // y_i = x @ W_i^T for n matrices of one type and width (a layer's Q, K, V, or
 // gate and up) as one piece of work: their row groups are handed out from one
@@ -995,7 +1050,7 @@ template <class V>
 void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x, const Context& ctx,
                 const bool* packed) {
     const IntMatmul<V> mm(ws, ys, n, x, packed);
-    ShareQueue queue = group_queue(mm.n_items(), ctx.pool->n_threads(), x.n_tokens);
+    ShareQueue queue = item_queue(mm, ctx.pool->n_threads(), x.n_tokens);
     ctx.pool->run([&](int thread) {
         uint8_t* panel = ctx.thread_scratch(thread);
         Tok tok[16];

@@ -45,7 +45,8 @@ int hardware_threads() {
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads)
-    : n_threads_(n_threads < 1 ? 1 : n_threads), slots_(new Slot[n_threads < 1 ? 1 : n_threads]) {
+    : n_threads_(n_threads < 1 ? 1 : n_threads),
+      workers_(new Worker[n_threads < 1 ? 1 : n_threads]) {
     threads_.resize(n_threads_ - 1);
     for (int i = 1; i < n_threads_; ++i) {
         pthread_attr_t attr;
@@ -60,8 +61,8 @@ ThreadPool::ThreadPool(int n_threads)
 
 ThreadPool::~ThreadPool() {
     stop_.store(true);
-    generation_.fetch_add(1);
-    generation_.notify_all();
+    post_.generation.fetch_add(1);
+    post_.generation.notify_all();
     for (auto& t : threads_) pthread_join(t, nullptr);
 }
 
@@ -75,36 +76,39 @@ void* ThreadPool::worker_main(void* arg) {
 }
 
 void ThreadPool::worker_loop(int index) {
-    Slot& slot = slots_[index];
+    Worker& me = workers_[index];
     uint32_t seen = 0;
     for (;;) {
-        uint32_t g = generation_.load(std::memory_order_acquire);
+        uint32_t g = post_.generation.load(std::memory_order_acquire);
         if (g == seen) {
             const auto until = std::chrono::steady_clock::now() + kSpin;
             while (g == seen) {
                 for (int i = 0; i < 64 && g == seen; ++i) {
                     cpu_relax();
-                    g = generation_.load(std::memory_order_acquire);
+                    g = post_.generation.load(std::memory_order_acquire);
                 }
                 if (g == seen && std::chrono::steady_clock::now() > until) break;
             }
         }
         while (g == seen) {
-            // seq_cst pairs with dispatch(): either it sees us sleeping and
-            // wakes us, or we see its new generation here.
+            // Either dispatch() sees us counted and wakes us, or we see its
+            // new generation here, or (its store still in flight) it runs
+            // our share itself and the next dispatch wakes us.
             n_sleeping_.fetch_add(1);
-            g = generation_.load();
-            if (g == seen) generation_.wait(seen);
+            g = post_.generation.load();
+            if (g == seen) post_.generation.wait(seen);
             n_sleeping_.fetch_sub(1);
-            g = generation_.load(std::memory_order_acquire);
+            g = post_.generation.load(std::memory_order_acquire);
         }
         seen = g;
         if (stop_.load(std::memory_order_acquire)) return;
-        uint32_t expected = kPending;
-        if (!slot.state.compare_exchange_strong(expected, kRunning, std::memory_order_acquire))
-            continue;  // the caller ran this share
-        thunk_(ctx_, index);
-        slot.state.store(kIdle, std::memory_order_release);
+        // Claim the share of the job we saw posted (its thunk and ctx came
+        // with the generation). Failing, the caller ran it, and a newer job,
+        // if any, is taken on the next pass.
+        uint32_t expected = g - 1;
+        if (!me.claimed.compare_exchange_strong(expected, g, std::memory_order_relaxed)) continue;
+        post_.thunk(post_.ctx, index);
+        me.done.store(g, std::memory_order_release);
     }
 }
 
@@ -113,19 +117,25 @@ void ThreadPool::dispatch(Thunk thunk, void* ctx) {
         thunk(ctx, 0);
         return;
     }
-    thunk_ = thunk;
-    ctx_ = ctx;
-    for (int i = 1; i < n_threads_; ++i) slots_[i].state.store(kPending, std::memory_order_release);
-    generation_.fetch_add(1);
-    if (n_sleeping_.load() > 0) generation_.notify_all();
+    // Only the caller writes the post while the pool runs: plain stores.
+    const uint32_t g = post_.generation.load(std::memory_order_relaxed) + 1;
+    post_.thunk = thunk;
+    post_.ctx = ctx;
+    post_.generation.store(g, std::memory_order_release);
+    // Without a fence this load may pass the store above, so a worker that
+    // goes to sleep at this very moment may miss the new generation. Then it
+    // sleeps through this job, whose share the caller claims and runs below,
+    // and the next dispatch, which sees it counted here, wakes it.
+    if (n_sleeping_.load(std::memory_order_relaxed) > 0) post_.generation.notify_all();
     thunk(ctx, 0);
     for (int i = 1; i < n_threads_; ++i) {
-        uint32_t expected = kPending;
-        if (slots_[i].state.compare_exchange_strong(expected, kIdle, std::memory_order_acquire)) {
+        Worker& w = workers_[i];
+        uint32_t expected = g - 1;
+        if (w.claimed.compare_exchange_strong(expected, g, std::memory_order_relaxed)) {
             thunk(ctx, i);  // not started yet: run the share here rather than wait for it
             continue;
         }
-        while (slots_[i].state.load(std::memory_order_acquire) != kIdle) cpu_relax();
+        while (w.done.load(std::memory_order_acquire) != g) cpu_relax();
     }
 }
 

@@ -2,14 +2,26 @@
 // for every i in [0, n_threads) and returns when all calls are done; the
 // calling thread is thread 0. No thread is created per operation.
 //
-// Each worker has a slot that the caller sets to "pending" when it posts a
-// job. A worker that wakes claims its slot (pending -> running) and runs its
-// share; when the caller finishes its own share it claims every slot still
-// pending and runs those shares itself. So a worker the OS has descheduled,
-// or that is asleep, never holds the caller up: the caller waits only for
-// shares that are actually running. Workers spin for about a millisecond
-// after each job (the next op usually follows within microseconds), then
-// sleep on a futex; the caller wakes them only if one sleeps.
+// Jobs are numbered (the generation). The caller posts one, runs its own
+// share, then, for each worker, either finds that the worker claimed the
+// share and waits for it to finish, or claims the share itself and runs it.
+// So a worker the OS has descheduled, or that is asleep, never holds the
+// caller up: the caller waits only for shares that are actually running.
+// Workers spin for about a millisecond after each job (the next op usually
+// follows within microseconds), then sleep on a futex; the caller wakes them
+// only if one sleeps.
+//
+// A kernel's op may last only microseconds, so the path from post to a
+// worker's start and from its end back to the caller is kept to one cache
+// line transfer each way, and the caller never waits to post:
+// - the job's function, its context and its generation share one line,
+//   written with plain stores: a spinning worker fetches all three at once,
+//   and the caller goes on to its own share while its stores drain (where
+//   two CPUs sit far apart, a locked instruction would stall it for a round
+//   trip between them);
+// - a worker claims a share on a line of its own, which stays in its cache
+//   unless the caller had to claim a share there;
+// - it reports the share done on another line, which the caller watches.
 #pragma once
 
 #include <pthread.h>
@@ -18,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 namespace headroom {
@@ -39,8 +52,9 @@ class ThreadPool {
     // reentrant: fn must not call run() on the same pool.
     template <class Fn>
     void run(Fn&& fn) {
-        auto thunk = [](void* ctx, int i) { (*static_cast<Fn*>(ctx))(i); };
-        dispatch(thunk, &fn);
+        using F = std::remove_reference_t<Fn>;
+        auto thunk = [](void* ctx, int i) { (*static_cast<F*>(ctx))(i); };
+        dispatch(thunk, const_cast<void*>(static_cast<const void*>(&fn)));
     }
 
     // Splits [0, n) into n_threads contiguous ranges: fn(begin, end, thread_index).
@@ -55,21 +69,30 @@ class ThreadPool {
 
   private:
     using Thunk = void (*)(void*, int);
-    enum : uint32_t { kIdle = 0, kPending = 1, kRunning = 2 };
-    struct alignas(64) Slot {
-        std::atomic<uint32_t> state{kIdle};
-    };
 
     void dispatch(Thunk thunk, void* ctx);
     static void* worker_main(void* arg);
     void worker_loop(int index);
 
+    // The job posted last: the caller writes thunk and ctx, then the
+    // generation (release).
+    struct alignas(64) Post {
+        std::atomic<uint32_t> generation{0};
+        Thunk thunk = nullptr;
+        void* ctx = nullptr;
+    };
+    // A worker's share of job g is claimed, by the worker or by the caller,
+    // by moving `claimed` from g - 1 to g; the worker sets `done` to g once it
+    // has run a share it claimed. Generations wrap; only equality is used.
+    struct Worker {
+        alignas(64) std::atomic<uint32_t> claimed{0};
+        alignas(64) std::atomic<uint32_t> done{0};
+    };
+
     int n_threads_;
     std::vector<pthread_t> threads_;
-    std::unique_ptr<Slot[]> slots_;  // [n_threads]; slot 0 unused
-    Thunk thunk_ = nullptr;
-    void* ctx_ = nullptr;
-    alignas(64) std::atomic<uint32_t> generation_{0};
+    std::unique_ptr<Worker[]> workers_;  // [n_threads]; entry 0 unused
+    Post post_;
     alignas(64) std::atomic<int> n_sleeping_{0};
     std::atomic<bool> stop_{false};
 };

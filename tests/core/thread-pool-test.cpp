@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <numeric>
+#include <random>
+#include <thread>
 #include <vector>
 
 namespace headroom {
@@ -16,6 +19,35 @@ TEST(ThreadPool, RunsEveryThreadIndexOncePerCall) {
         pool.run([&](int i) { hits[i].fetch_add(1); });
         for (auto& h : hits) ASSERT_EQ(h.load(), 1);
     }
+}
+
+// Pauses around the workers' spin time (about a millisecond) make them go to
+// sleep as jobs are posted: every share still runs once, with what its job
+// posted, and every call returns.
+TEST(ThreadPool, JobsPostedAsWorkersFallAsleepRunEveryShareOnce) {
+    for (int n_threads : {2, 3}) {
+        ThreadPool pool(n_threads);
+        std::mt19937 rng(7);
+        std::uniform_int_distribution<int> pause_us(0, 1400);
+        for (int round = 0; round < 300; ++round) {
+            std::vector<int> hits(static_cast<size_t>(n_threads), 0);
+            int* at = hits.data();
+            const int add = round + 1;
+            pool.run([at, add](int i) { at[i] += add; });
+            for (int h : hits) ASSERT_EQ(h, add) << "round " << round;
+            if (round % 3 != 0)
+                std::this_thread::sleep_for(std::chrono::microseconds(pause_us(rng)));
+        }
+    }
+}
+
+// A job that is a named function object (an lvalue) runs as a temporary does.
+TEST(ThreadPool, RunsANamedFunctionObject) {
+    ThreadPool pool(2);
+    std::atomic<int> sum{0};
+    auto job = [&](int i) { sum.fetch_add(i + 1); };
+    pool.run(job);
+    EXPECT_EQ(sum.load(), 3);
 }
 
 TEST(ThreadPool, ParallelForCoversTheRangeExactlyOnce) {

@@ -91,6 +91,10 @@ struct Context {
     uint8_t* acts_q = nullptr;  // quantized activations
     uint64_t acts_q_bytes = 0;
     ActPrecision act_precision = ActPrecision::Int8;
+    // How far past the block it works on a decode matmul asks for the
+    // repacked weights (0: the hardware prefetchers alone fetch them);
+    // decode_prefetch_bytes() chooses it for the CPU.
+    uint64_t decode_prefetch_bytes = 0;
     uint8_t* thread_scratch(int i) const {
         return scratch + scratch_per_thread_bytes * static_cast<uint64_t>(i);
     }
@@ -255,6 +259,10 @@ ActPrecision default_act_precision();
 // Parses "int8", "int16", "f32"; nullopt otherwise.
 std::optional<ActPrecision> act_precision_from_name(std::string_view name);
 std::string_view name(ActPrecision p);
+
+// Context::decode_prefetch_bytes for `ops` on this CPU, or
+// HEADROOM_DECODE_PREFETCH (bytes, 0 to 65536, a multiple of 64).
+uint64_t decode_prefetch_bytes(const Ops& ops);
 
 // Bytes each pool thread needs in Context::scratch for any backend, for a
 // model whose matmul inputs are at most max_in wide, whose heads are at most

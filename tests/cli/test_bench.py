@@ -4,7 +4,8 @@ reads, counted by hand from the gguf PyPI package's view of the file (every
 layer matrix and the output once, one embedding row, and the sequence's f16 K
 and V). Consistency checks (the program against its own numbers): the fields
 tools read, the means of the runs and each repetition's bandwidth fraction
-recomputed from its own output. And the refusals of nothing to measure.
+recomputed from its own output. And the refusals of nothing to measure and
+of a decode prefetch distance that is no whole number of cache lines.
 HEADROOM_CPU_PROFILE's table against the same hand count: the weight bytes
 its matmul rows read, and the calls of the per-layer ops, for the number of
 forward steps the bench runs (a warm-up of min(p, 32) + min(n, 4) tokens,
@@ -117,6 +118,20 @@ for env in ({}, {"HEADROOM_CPU_PROFILE": "0"}):
                         "--json"], check=True, capture_output=True, text=True,
                        env={**{k: v for k, v in os.environ.items() if k != "HEADROOM_CPU_PROFILE"}, **env})
     fail_if("cpu profile" in r.stderr, f"a profile without HEADROOM_CPU_PROFILE=1 ({env})")
+
+# The decode prefetch distance it ran with, as HEADROOM_DECODE_PREFETCH sets
+# it; a distance that is no whole number of cache lines is refused by name.
+fail_if(not isinstance(j.get("decode_prefetch_bytes"), int), "no decode_prefetch_bytes in the JSON")
+for value, want in (("1024", 1024), ("0", 0)):
+    r = subprocess.run([headroom_bin(), "bench", "-m", path, "-p", "0", "-n", "2", "-r", "1", "--json"],
+                       check=True, capture_output=True, text=True,
+                       env={**os.environ, "HEADROOM_DECODE_PREFETCH": value})
+    got = json.loads(r.stdout)["decode_prefetch_bytes"]
+    fail_if(got != want, f"HEADROOM_DECODE_PREFETCH={value}: ran with {got}")
+r = subprocess.run([headroom_bin(), "bench", "-m", path, "-p", "0", "-n", "2", "-r", "1"],
+                   capture_output=True, text=True, env={**os.environ, "HEADROOM_DECODE_PREFETCH": "100"})
+fail_if(r.returncode == 0 or "HEADROOM_DECODE_PREFETCH=100" not in r.stderr or "Traceback" in r.stderr
+        or r.returncode < 0, f"HEADROOM_DECODE_PREFETCH=100: exit {r.returncode}, stderr {r.stderr!r}")
 
 # Nothing to measure is refused with the reason.
 r = subprocess.run([headroom_bin(), "bench", "-m", path, "-p", "0", "-n", "0"], capture_output=True,

@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <tuple>
+#include <utility>
 
+#include "core/error.h"
 #include "kernel-test-util.h"
 #include "kernels/act-format.h"
 #include "kernels/cpu/ref/quant-matmul.h"
@@ -112,9 +116,15 @@ TEST_P(IntMatmul, MatchesTheSpecExactlyAndTheReferenceWithinTheQuantizationBound
 
     std::vector<uint8_t> store;
     for (const Ops* ops : fast_backends()) {
-        for (const bool packed : {false, true}) {
-            SCOPED_TRACE(std::string(ops->name) + (packed ? " repacked" : " as stored"));
+        // Decode over a repacked copy with and without asking ahead for the
+        // weights (Context::decode_prefetch_bytes; past the copy's end too).
+        for (const auto& [packed, ahead] :
+             {std::pair{false, uint64_t{0}}, std::pair{true, uint64_t{0}},
+              std::pair{true, uint64_t{4096}}}) {
+            SCOPED_TRACE(std::string(ops->name) + (packed ? " repacked" : " as stored") +
+                         (ahead ? ", asking ahead" : ""));
             const Matrix m = packed ? repacked(*ops, w.m, store, tc.ctx()) : w.m;
+            tc.ctx().decode_prefetch_bytes = ahead;
             // Decode-sized calls read the weights directly (kernels for one,
             // two and more tokens), batches go through a panel.
             for (const int64_t nt : {int64_t{1}, int64_t{2}, int64_t{3}, n_tokens}) {
@@ -370,6 +380,8 @@ TEST(Matmul, RepackedCopiesCutIntoPartsMatchTheirSpec) {
                     }
                     for (const int n_threads : {n_parts, 2}) {
                         TestContext tc(n_threads, static_cast<uint64_t>(n_in), max_tokens);
+                        // Each thread's stream asked for ahead, across parts.
+                        tc.ctx().decode_prefetch_bytes = 4096;
                         for (const ActPrecision quant : {ActPrecision::Int8, ActPrecision::F32}) {
                             tc.ctx().act_precision = quant;
                             for (const int64_t nt :
@@ -614,6 +626,42 @@ TEST(Dispatch, OffersEveryBackendThisCpuRuns) {
         EXPECT_STREQ(ops().name,
                      std::getenv("HEADROOM_ISA") ? std::getenv("HEADROOM_ISA") : "avx512");
     }
+}
+
+// HEADROOM_DECODE_PREFETCH overrides the CPU's distance; anything but whole
+// cache lines up to 64 KiB is refused with the variable named.
+TEST(Dispatch, DecodePrefetchDistanceIsTheCpusOrTheOneAskedFor) {
+    const char* old = std::getenv("HEADROOM_DECODE_PREFETCH");
+    const std::string saved = old ? old : "";
+    ::unsetenv("HEADROOM_DECODE_PREFETCH");
+    EXPECT_EQ(decode_prefetch_bytes(ref_ops()), 0u);  // the reference streams nothing
+    if (const Ops* o = avx2_ops()) {
+        EXPECT_EQ(decode_prefetch_bytes(*o), 4096u);
+    }
+    // AVX-512 on AMD: the hardware prefetchers keep up (dispatch.cpp).
+    if (const Ops* o = avx512_ops()) {
+        EXPECT_EQ(decode_prefetch_bytes(*o), __builtin_cpu_is("amd") ? 0u : 4096u);
+    }
+    for (const auto& [value, bytes] :
+         {std::pair{"0", 0ull}, std::pair{"1024", 1024ull}, std::pair{"65536", 65536ull}}) {
+        ::setenv("HEADROOM_DECODE_PREFETCH", value, 1);
+        EXPECT_EQ(decode_prefetch_bytes(ops()), bytes) << value;
+    }
+    for (const char* bad : {"100", "65600", "-64", "4k", " 64", "99999999999999999999999"}) {
+        ::setenv("HEADROOM_DECODE_PREFETCH", bad, 1);
+        try {
+            decode_prefetch_bytes(ops());
+            ADD_FAILURE() << bad << " was taken";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("HEADROOM_DECODE_PREFETCH=" + std::string(bad)),
+                      std::string::npos)
+                << e.what();
+        }
+    }
+    if (old)
+        ::setenv("HEADROOM_DECODE_PREFETCH", saved.c_str(), 1);
+    else
+        ::unsetenv("HEADROOM_DECODE_PREFETCH");
 }
 
 // Says at the end of the run which kernels it exercised.

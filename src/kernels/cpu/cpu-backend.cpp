@@ -115,6 +115,7 @@ CpuBackend::CpuBackend(Ledger& host, int n_threads, const Ops* ops)
       pool_(n_threads),
       groups_(kMaxExperts) {
     ctx_.pool = &pool_;
+    ctx_.decode_prefetch_bytes = kernels::decode_prefetch_bytes(ops_);
     if (const char* p = std::getenv("HEADROOM_CPU_PROFILE"); p && *p && *p != '0')
         profile_ = std::make_unique<Profile>();
 }

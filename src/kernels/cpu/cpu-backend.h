@@ -29,6 +29,8 @@ class CpuBackend final : public Backend {
 
     const Ops& ops() const { return ops_; }
     ThreadPool& pool() { return pool_; }
+    // How far ahead a decode matmul asks for its weights (Context).
+    uint64_t decode_prefetch_bytes() const { return ctx_.decode_prefetch_bytes; }
     // The host address of p: valid while its allocation lives. For this
     // backend's own use and for tests that fill buffers directly.
     uint8_t* host(DevPtr p) const;

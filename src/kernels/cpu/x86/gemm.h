@@ -485,8 +485,9 @@ HR_KERNEL_INLINE void prefetch_acts(const Tok* tok, int64_t blk, int64_t b0, int
 
 // The same straight from a source (pack.h): each block is read once for the
 // NR tokens, with no panel in between. kAhead: a decode step, streaming the
-// weights from memory: ask for the repacked ones V::kDecodePrefetchBytes
-// ahead, and for the activations of a block ahead (prefetch_acts).
+// weights from memory: ask for the repacked ones src.ahead bytes ahead
+// (Context::decode_prefetch_bytes), and for the activations of a block ahead
+// (prefetch_acts).
 template <class V, TensorType T, int NR, bool kI16, class Src, bool kAhead = true>
 void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_valid, bool first) {
     using I = typename V::I;
@@ -494,11 +495,14 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
     F acc[NR];
     load_acc<V, NR>(acc, tok, n_valid, first);
     for (int64_t blk = b0; blk < b0 + nb; ++blk) {
-        if constexpr (kAhead && Src::kRepacked && V::kDecodePrefetchBytes > 0) {
-            // Ask for the group's bytes kDecodePrefetchBytes past this block.
-            const uint8_t* p = src.base + static_cast<uint64_t>(blk) * Src::kGroupBlockBytes +
-                               V::kDecodePrefetchBytes;
-            for (uint64_t o = 0; o < Src::kGroupBlockBytes; o += 64) V::prefetch_l2(p + o);
+        if constexpr (kAhead && Src::kRepacked) {
+            // Ask for the bytes src.ahead past this block's (the stream
+            // goes on into the next group, and the next part's).
+            if (src.ahead) {
+                const uint8_t* p =
+                    src.base + static_cast<uint64_t>(blk) * Src::kGroupBlockBytes + src.ahead;
+                for (uint64_t o = 0; o < Src::kGroupBlockBytes; o += 64) V::prefetch_l2(p + o);
+            }
         }
         if constexpr (kAhead) prefetch_acts<V, T, NR, kI16>(tok, blk, b0, nb);
         if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
@@ -657,6 +661,7 @@ template <class V>
 struct GroupRef {
     const RowGroup<V>* rows;  // set when reading the GGUF rows
     const uint8_t* packed;    // set when reading the repacked copy
+    uint64_t ahead = 0;       // a decode step's PackedSrc::ahead
 };
 
 // The kernels for one weight type and activation precision.
@@ -687,7 +692,8 @@ template <class V, TensorType T, int NR, bool kI16, bool kPacked>
 void direct_from(const GroupRef<V>& g, int64_t b0, int64_t nb, const Tok* tok, int n_valid,
                  bool first) {
     if constexpr (kPacked)
-        micro_direct<V, T, NR, kI16>(PackedSrc<V, T>{g.packed}, b0, nb, tok, n_valid, first);
+        micro_direct<V, T, NR, kI16>(PackedSrc<V, T>{g.packed, g.ahead}, b0, nb, tok, n_valid,
+                                     first);
     else
         micro_direct<V, T, NR, kI16>(RowsSrc<V, T>{*g.rows}, b0, nb, tok, n_valid, first);
 }
@@ -897,8 +903,10 @@ class IntMatmul {
     static constexpr int kMaxMatrices = 4;
     static constexpr int kMaxParts = ShareQueue::kMaxShares;
 
-    IntMatmul(const Matrix* const* ws, float* const* ys, int n, const Acts& x, const bool* packed)
-        : ws_(ws), ys_(ys), packed_(packed), x_(x), n_(n) {
+    // ahead: Context::decode_prefetch_bytes.
+    IntMatmul(const Matrix* const* ws, float* const* ys, int n, const Acts& x, const bool* packed,
+              uint64_t ahead)
+        : ws_(ws), ys_(ys), packed_(packed), x_(x), n_(n), ahead_(ahead) {
         HR_CHECK(n >= 1 && n <= kMaxMatrices);
         al_ = act_layout(ws[0]->n_cols, ws[0]->type, x.quant);
         nb_ = ws[0]->n_cols / al_.block;
@@ -964,7 +972,7 @@ class IntMatmul {
         const int n_valid = static_cast<int>(std::min<int64_t>(kLanes, w.n_rows - r0));
         const uint64_t at = static_cast<uint64_t>(r0) * w.row_bytes;
         RowGroup<V> rg;
-        GroupRef<V> ref{&rg, nullptr};
+        GroupRef<V> ref{&rg, nullptr, ahead_};
         if (packed_[i])
             ref.packed = packed_rows(w, r0);
         else
@@ -1020,6 +1028,7 @@ class IntMatmul {
     const bool* packed_;
     const Acts& x_;
     int n_;
+    uint64_t ahead_;
     ActLayout al_;
     int64_t nb_;
     IntKernel<V> kern_[kMaxMatrices];
@@ -1049,7 +1058,7 @@ ShareQueue item_queue(const IntMatmul<V>& mm, int n_threads, int64_t n_tokens) {
 template <class V>
 void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x, const Context& ctx,
                 const bool* packed) {
-    const IntMatmul<V> mm(ws, ys, n, x, packed);
+    const IntMatmul<V> mm(ws, ys, n, x, packed, ctx.decode_prefetch_bytes);
     ShareQueue queue = item_queue(mm, ctx.pool->n_threads(), x.n_tokens);
     ctx.pool->run([&](int thread) {
         uint8_t* panel = ctx.thread_scratch(thread);
@@ -1081,7 +1090,7 @@ void matmul_experts_int(const ExpertGroup* gs, int n_groups, int n_ws, const Act
         bool packed[2];
         std::optional<IntMatmul<V>> mm;
         void enter(int gi, const ExpertGroup& e, int n_ws, const Acts& all, float* const* out,
-                   bool (*is_packed)(const Matrix&)) {
+                   bool (*is_packed)(const Matrix&), uint64_t ahead) {
             g = gi;
             x = acts_rows(all, e.row0, e.n_tok);
             for (int i = 0; i < n_ws; ++i) {
@@ -1089,7 +1098,7 @@ void matmul_experts_int(const ExpertGroup* gs, int n_groups, int n_ws, const Act
                 ys[i] = out[i] + e.row0 * e.ws[i]->n_rows;
                 packed[i] = is_packed(*e.ws[i]);
             }
-            mm.emplace(ws, ys, n_ws, x, packed);
+            mm.emplace(ws, ys, n_ws, x, packed, ahead);
         }
     };
     std::array<int64_t, kMaxExperts + 1> first_item;
@@ -1097,7 +1106,7 @@ void matmul_experts_int(const ExpertGroup* gs, int n_groups, int n_ws, const Act
     {
         Group probe;
         for (int g = 0; g < n_groups; ++g) {
-            probe.enter(g, gs[g], n_ws, x, ys, is_packed);
+            probe.enter(g, gs[g], n_ws, x, ys, is_packed, ctx.decode_prefetch_bytes);
             first_item[g + 1] = first_item[g] + probe.mm->n_items();
         }
     }
@@ -1114,7 +1123,7 @@ void matmul_experts_int(const ExpertGroup* gs, int n_groups, int n_ws, const Act
                         static_cast<int>(std::upper_bound(first_item.begin(),
                                                           first_item.begin() + n_groups + 1, item) -
                                          first_item.begin() - 1);
-                    cur.enter(g, gs[g], n_ws, x, ys, is_packed);
+                    cur.enter(g, gs[g], n_ws, x, ys, is_packed, ctx.decode_prefetch_bytes);
                 }
                 const int64_t local = item - first_item[cur.g];
                 const bool goes_on = item + 1 < item1 && item + 1 < first_item[cur.g + 1];

@@ -264,6 +264,7 @@ struct PackedSrc {
     // them; Q4_K / Q5_K scales re-encoded (ReadQ45K::repack_scales).
     static constexpr bool kRepacked = true;
     const uint8_t* base;  // the group's first block
+    uint64_t ahead = 0;   // a decode step asks for the bytes this far ahead (gemm.h)
 
     HR_KERNEL_INLINE const uint8_t* at(int64_t b, int off) const {
         return base + static_cast<uint64_t>(b) * kGroupBlockBytes +

@@ -41,16 +41,6 @@ struct Avx2 {
     static constexpr int kNr32Int8 = 4, kNr32Int8Small = 6, kNr32Int16 = 3, kNrKInt8 = 3,
                          kNrKInt16 = 2;
     static constexpr int kFloatMr = 2, kFloatNr = 4;
-    // How far ahead of its reads a product of a few tokens over repacked
-    // weights asks for them (gemm.h, micro_direct). On Zen 3 cores the
-    // hardware prefetchers alone keep too few lines in flight: the kernel's
-    // arithmetic and the memory's latency add up, and a decode step read
-    // 78-80% of the bandwidth a plain read gets (Q4_0, Q4_K); asking 1 KiB
-    // ahead made it 90-98%. 2 and 4 KiB measured the same as 1 there. On a
-    // Zen 4 virtual machine whose memory answers later, 1 KiB was too close:
-    // asking 4 KiB ahead made TinyLlama's decode 1.15 (Q4_0) to 1.5 (Q5_K)
-    // times as fast; 8 and 16 KiB measured the same as 4.
-    static constexpr uint64_t kDecodePrefetchBytes = 4096;
     // A batch's quantized activations are taken a tile of tokens at a time,
     // this many bytes, so they stay in L2 (512 KiB a core on Zen 3) while
     // every row group passes over them (gemm.h, matmul_int). On Zen 3 a

@@ -42,9 +42,6 @@ struct Avx512 {
     static constexpr int kNr32Int8 = 8, kNr32Int8Small = 8, kNr32Int16 = 6, kNrKInt8 = 6,
                          kNrKInt16 = 4;
     static constexpr int kFloatMr = 4, kFloatNr = 4;
-    // As in simd-avx2.h. On Zen 4 the hardware prefetchers keep up: asking
-    // 1 KiB ahead changed nothing, 2 KiB or more made decode slower.
-    static constexpr uint64_t kDecodePrefetchBytes = 0;
     // A batch is one tile of tokens (see simd-avx2.h): tiles were measured
     // only on Zen 3 cores, which have no AVX-512.
     static constexpr uint64_t kActTileBytes = 0;

@@ -91,7 +91,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) uint64_t read_lines
 // which only the hardware prefetchers fetch ahead of, and loads that also ask
 // for the line kProbeAheadBytes further on, as the decode kernels do
 // (Context::decode_prefetch_bytes). Where the prefetchers keep too few lines
-// in flight (the Intel Xeon virtual machine: 19-20 GB/s plain against 21-22
+// in flight (an Intel Xeon virtual machine: 19-20 GB/s plain against 21-22
 // ahead), only the second reaches the memory's rate, and a decode that asks
 // ahead would read "faster than the machine".
 double measure_read_bandwidth_gbps(ThreadPool& pool, const Region& buf, int reps) {

@@ -632,7 +632,8 @@ TEST(Dispatch, OffersEveryBackendThisCpuRuns) {
 // cache lines up to 64 KiB is refused with the variable named.
 TEST(Dispatch, DecodePrefetchDistanceIsTheCpusOrTheOneAskedFor) {
     const char* old = std::getenv("HEADROOM_DECODE_PREFETCH");
-    const std::string saved = old ? old : "";
+    const bool was_set = old != nullptr;  // `old` dies with the next setenv
+    const std::string saved = was_set ? old : "";
     ::unsetenv("HEADROOM_DECODE_PREFETCH");
     EXPECT_EQ(decode_prefetch_bytes(ref_ops()), 0u);  // the reference streams nothing
     if (const Ops* o = avx2_ops()) {
@@ -658,7 +659,7 @@ TEST(Dispatch, DecodePrefetchDistanceIsTheCpusOrTheOneAskedFor) {
                 << e.what();
         }
     }
-    if (old)
+    if (was_set)
         ::setenv("HEADROOM_DECODE_PREFETCH", saved.c_str(), 1);
     else
         ::unsetenv("HEADROOM_DECODE_PREFETCH");

@@ -554,6 +554,49 @@ TEST(Matmul, Q8_0WeightsAtTheEndsOfTheirRangeAreExact) {
     }
 }
 
+// Q4_K at the top of its range: every level 15 and every 6-bit scale and
+// min 63, activations all +-1 (each quantizes to +-127), of one sign or
+// mixed. Every partial sum the kernels keep is then its largest (the high
+// nibbles' taken 16 times over among them): each token alone, as a decode
+// step runs it, bit for bit against the spec.
+TEST(Matmul, Q4_KLevelsAndScalesAtTheirTopAreExact) {
+    HR_REQUIRE_FAST_BACKEND();
+    const int64_t n_rows = 37, n_cols = 512, n_tokens = 4;
+    Weights w = random_weights(TensorType::Q4_K, n_rows, n_cols, 101);
+    for (int64_t r = 0; r < n_rows; ++r)
+        for (int64_t b = 0; b < n_cols / 256; ++b)  // past d and dmin: scales, mins, levels
+            std::memset(w.bytes.data() + r * w.m.row_bytes + b * 144 + 4, 0xFF, 140);
+    std::vector<float> x(static_cast<size_t>(n_tokens * n_cols));
+    for (int64_t i = 0; i < n_cols; ++i) {
+        x[i] = 1.0f;
+        x[n_cols + i] = -1.0f;
+        x[2 * n_cols + i] = i % 2 ? 1.0f : -1.0f;
+        x[3 * n_cols + i] = (i / 32) % 2 ? 1.0f : -1.0f;  // a sign per sub-block
+    }
+    TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
+    std::vector<uint8_t> store;
+    for (const ActPrecision quant : {ActPrecision::Int8, ActPrecision::Int16}) {
+        std::vector<float> spec(static_cast<size_t>(n_tokens * n_rows));
+        ref::matmul_int(w.m, x.data(), n_tokens, quant, spec.data());
+        tc.ctx().act_precision = quant;
+        for (const Ops* ops : fast_backends()) {
+            for (const bool packed : {false, true}) {
+                SCOPED_TRACE(std::string(ops->name) + (packed ? " repacked" : " as stored"));
+                const Matrix m = packed ? repacked(*ops, w.m, store, tc.ctx()) : w.m;
+                for (int64_t t = 0; t < n_tokens; ++t) {
+                    const std::vector<float> xt(x.begin() + t * n_cols,
+                                                x.begin() + (t + 1) * n_cols);
+                    const auto y = run(*ops, m, xt, 1, tc.ctx());
+                    for (int64_t i = 0; i < n_rows; ++i)
+                        ASSERT_TRUE(same_bits(y[i], spec[t * n_rows + i]))
+                            << "token " << t << ", row " << i << ": " << y[i] << ", spec "
+                            << spec[t * n_rows + i];
+                }
+            }
+        }
+    }
+}
+
 // MXFP4 exponents at both ends (0 and 1 give subnormal scales, 255 the
 // largest, 2^127, as ggml reads it) and between, every nibble random: each
 // row one exponent, both activation precisions, bit for bit.

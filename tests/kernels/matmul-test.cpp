@@ -554,6 +554,26 @@ TEST(Matmul, Q8_0WeightsAtTheEndsOfTheirRangeAreExact) {
     }
 }
 
+// check(ops, m, spec) for each integer activation precision, fast backend
+// and w as stored and repacked: spec is ref::matmul_int's y for x's
+// n_tokens tokens at that precision (set in tc's Context).
+template <class Check>
+void for_each_int_path(const Weights& w, const std::vector<float>& x, int64_t n_tokens,
+                       TestContext& tc, Check&& check) {
+    std::vector<uint8_t> store;
+    for (const ActPrecision quant : {ActPrecision::Int8, ActPrecision::Int16}) {
+        std::vector<float> spec(static_cast<size_t>(n_tokens * w.m.n_rows));
+        ref::matmul_int(w.m, x.data(), n_tokens, quant, spec.data());
+        tc.ctx().act_precision = quant;
+        for (const Ops* ops : fast_backends()) {
+            for (const bool packed : {false, true}) {
+                SCOPED_TRACE(std::string(ops->name) + (packed ? " repacked" : " as stored"));
+                check(*ops, packed ? repacked(*ops, w.m, store, tc.ctx()) : w.m, spec);
+            }
+        }
+    }
+}
+
 // Q4_K at the top of its range: every level 15 and every 6-bit scale and
 // min 63, activations all +-1 (each quantizes to +-127), of one sign or
 // mixed. Every partial sum the kernels keep is then its largest (the high
@@ -574,27 +594,16 @@ TEST(Matmul, Q4_KLevelsAndScalesAtTheirTopAreExact) {
         x[3 * n_cols + i] = (i / 32) % 2 ? 1.0f : -1.0f;  // a sign per sub-block
     }
     TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
-    std::vector<uint8_t> store;
-    for (const ActPrecision quant : {ActPrecision::Int8, ActPrecision::Int16}) {
-        std::vector<float> spec(static_cast<size_t>(n_tokens * n_rows));
-        ref::matmul_int(w.m, x.data(), n_tokens, quant, spec.data());
-        tc.ctx().act_precision = quant;
-        for (const Ops* ops : fast_backends()) {
-            for (const bool packed : {false, true}) {
-                SCOPED_TRACE(std::string(ops->name) + (packed ? " repacked" : " as stored"));
-                const Matrix m = packed ? repacked(*ops, w.m, store, tc.ctx()) : w.m;
-                for (int64_t t = 0; t < n_tokens; ++t) {
-                    const std::vector<float> xt(x.begin() + t * n_cols,
-                                                x.begin() + (t + 1) * n_cols);
-                    const auto y = run(*ops, m, xt, 1, tc.ctx());
-                    for (int64_t i = 0; i < n_rows; ++i)
-                        ASSERT_TRUE(same_bits(y[i], spec[t * n_rows + i]))
-                            << "token " << t << ", row " << i << ": " << y[i] << ", spec "
-                            << spec[t * n_rows + i];
-                }
-            }
+    for_each_int_path(w, x, n_tokens, tc, [&](const Ops& ops, const Matrix& m, const auto& spec) {
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            const std::vector<float> xt(x.begin() + t * n_cols, x.begin() + (t + 1) * n_cols);
+            const auto y = run(ops, m, xt, 1, tc.ctx());
+            for (int64_t i = 0; i < n_rows; ++i)
+                ASSERT_TRUE(same_bits(y[i], spec[t * n_rows + i]))
+                    << "token " << t << ", row " << i << ": " << y[i] << ", spec "
+                    << spec[t * n_rows + i];
         }
-    }
+    });
 }
 
 // MXFP4 exponents at both ends (0 and 1 give subnormal scales, 255 the
@@ -616,25 +625,15 @@ TEST(Matmul, Mxfp4ScalesAtTheEndsOfTheirRangeAreExact) {
     }
     const auto x = random_acts(n_tokens, n_cols, 93);
     TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
-    std::vector<uint8_t> store;
-    for (const ActPrecision quant : {ActPrecision::Int8, ActPrecision::Int16}) {
-        std::vector<float> spec(static_cast<size_t>(n_tokens * n_rows));
-        ref::matmul_int(w.m, x.data(), n_tokens, quant, spec.data());
-        tc.ctx().act_precision = quant;
-        for (const Ops* ops : fast_backends()) {
-            for (const bool packed : {false, true}) {
-                SCOPED_TRACE(std::string(ops->name) + (packed ? " repacked" : " as stored"));
-                const Matrix m = packed ? repacked(*ops, w.m, store, tc.ctx()) : w.m;
-                for (const int64_t nt : {int64_t{1}, n_tokens}) {
-                    const auto y = run(*ops, m, x, nt, tc.ctx());
-                    for (size_t i = 0; i < y.size(); ++i)
-                        ASSERT_TRUE(same_bits(y[i], spec[i]))
-                            << nt << " tokens, exponent " << int{exponents[i % n_rows]} << ": "
-                            << y[i] << ", spec " << spec[i];
-                }
-            }
+    for_each_int_path(w, x, n_tokens, tc, [&](const Ops& ops, const Matrix& m, const auto& spec) {
+        for (const int64_t nt : {int64_t{1}, n_tokens}) {
+            const auto y = run(ops, m, x, nt, tc.ctx());
+            for (size_t i = 0; i < y.size(); ++i)
+                ASSERT_TRUE(same_bits(y[i], spec[i]))
+                    << nt << " tokens, exponent " << int{exponents[i % n_rows]} << ": " << y[i]
+                    << ", spec " << spec[i];
         }
-    }
+    });
 }
 
 // Q8_K (llama.cpp's activation type, which a file may still hold) has no

@@ -1,7 +1,8 @@
 // The CPU's kernel tables, behind the CPU backend (kernels/cpu/cpu-backend.h).
-// Each instruction set (the scalar reference in cpu/ref, AVX2 and AVX-512 in
-// cpu/x86) fills one table of functions; ops() picks the best one this CPU
-// supports at start-up (HEADROOM_ISA=ref|avx2|avx512 overrides). The
+// Each instruction set (the scalar reference in cpu/ref; AVX2, AVX-VNNI and
+// AVX-512 in cpu/x86) fills one table of functions; ops() picks the best one
+// this CPU supports at start-up (HEADROOM_ISA=ref|avx2|avxvnni|avx512
+// overrides). The
 // reference is the spec: every fast kernel is tested against it.
 //
 // Conventions: activations are f32 and row-major, one row per token;
@@ -251,6 +252,7 @@ const Ops& ops();
 const Ops& ref_ops();
 // nullptr when the CPU lacks the ISA or it is not built.
 const Ops* avx2_ops();
+const Ops* avxvnni_ops();
 const Ops* avx512_ops();
 
 // The precision a Runner's Context starts with unless told: Int8, or

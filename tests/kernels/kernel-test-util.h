@@ -29,6 +29,8 @@ inline std::vector<const Ops*> fast_backends() {
     std::vector<const Ops*> out;
     if (!want || std::string(want) == "avx2")
         if (const Ops* o = avx2_ops()) out.push_back(o);
+    if (!want || std::string(want) == "avxvnni")
+        if (const Ops* o = avxvnni_ops()) out.push_back(o);
     if (!want || std::string(want) == "avx512")
         if (const Ops* o = avx512_ops()) out.push_back(o);
     return out;
@@ -37,8 +39,10 @@ inline std::vector<const Ops*> fast_backends() {
 // Why fast_backends() is empty.
 inline std::string skip_reason() {
     const char* want = std::getenv("HEADROOM_TEST_ISA");
-    const std::string isa = want ? want : "avx2 or avx512";
+    const std::string isa = want ? want : "avx2, avxvnni or avx512";
     if (isa == "avx2") return "this CPU has no AVX2 kernels (needs avx2, fma, f16c, bmi2)";
+    if (isa == "avxvnni")
+        return "this CPU has no AVX-VNNI kernels (needs avx2, fma, f16c, bmi2, avx_vnni)";
     if (isa == "avx512")
         return "this CPU has no AVX-512 kernels (needs avx512f, bw, vl, dq, vnni, bf16)";
     return "this CPU has no " + isa + " kernels";

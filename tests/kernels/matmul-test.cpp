@@ -661,12 +661,16 @@ TEST(Matmul, TypesWithoutFastKernelsFallBackToTheReference) {
 namespace headroom::kernels {
 namespace {
 
+// Every backend whose instructions the CPU has (CPUID, read here through
+// the compiler's own check), and the widest of them unless HEADROOM_ISA
+// names one.
 TEST(Dispatch, OffersEveryBackendThisCpuRuns) {
     EXPECT_EQ(avx2_ops() != nullptr, __builtin_cpu_supports("avx2") != 0);
+    EXPECT_EQ(avxvnni_ops() != nullptr, __builtin_cpu_supports("avxvnni") != 0);
     EXPECT_EQ(avx512_ops() != nullptr, __builtin_cpu_supports("avx512vnni") != 0);
-    if (avx512_ops()) {
-        EXPECT_STREQ(ops().name,
-                     std::getenv("HEADROOM_ISA") ? std::getenv("HEADROOM_ISA") : "avx512");
+    const char* best = avx512_ops() ? "avx512" : avxvnni_ops() ? "avxvnni" : "avx2";
+    if (avx2_ops()) {
+        EXPECT_STREQ(ops().name, std::getenv("HEADROOM_ISA") ? std::getenv("HEADROOM_ISA") : best);
     }
 }
 
@@ -678,8 +682,10 @@ TEST(Dispatch, DecodePrefetchDistanceIsTheCpusOrTheOneAskedFor) {
     const std::string saved = was_set ? old : "";
     ::unsetenv("HEADROOM_DECODE_PREFETCH");
     EXPECT_EQ(decode_prefetch_bytes(ref_ops()), 0u);  // the reference streams nothing
-    if (const Ops* o = avx2_ops()) {
-        EXPECT_EQ(decode_prefetch_bytes(*o), 4096u);
+    for (const Ops* o : {avx2_ops(), avxvnni_ops()}) {
+        if (o) {
+            EXPECT_EQ(decode_prefetch_bytes(*o), 4096u) << o->name;
+        }
     }
     // AVX-512 on AMD: the hardware prefetchers keep up (dispatch.cpp).
     if (const Ops* o = avx512_ops()) {

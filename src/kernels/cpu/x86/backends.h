@@ -28,6 +28,7 @@ inline constexpr uint32_t kSegmentKeys = 256;
 inline constexpr uint32_t kSplitStatesPerThread = 64;
 
 const Ops& avx2_table();
+const Ops& avxvnni_table();
 const Ops& avx512_table();
 
 }  // namespace headroom::kernels::x86

@@ -1,12 +1,23 @@
 // The vector operations of the shared x86 kernels for AVX2 + FMA + F16C: 8
-// int32 or f32 lanes. Include only from files compiled with the AVX2 flags.
+// int32 or f32 lanes. Include only from files compiled with the AVX2 flags
+// (and, for AvxVnni, AVX-VNNI's).
 //
-// There is no vpdpbusd: u8 x s8 products go through vpmaddubsw, whose int16
+// Avx2 has no vpdpbusd: u8 x s8 products go through vpmaddubsw, whose int16
 // pair sums saturate past 32767. Every packed level is at most 63 except Q8_0,
 // so Q8_0 weights stay signed and multiply as |w| x (a signed as w): at most
 // 128 x 127 per product, 32512 a pair, exact for every s8 weight against
 // Int8 activations (|a| <= 127). Int16's low halves, which reach -128, take
 // the other form, with w clamped to -127 (gemm.h, dot4).
+//
+// AvxVnni is the same 8 lanes with AVX-VNNI's vpdpbusd and vpdpwssd (VEX
+// encoded: Intel's cores from Alder Lake on, most without AVX-512): u8 x s8
+// products summed into int32 exactly, as AVX-512 VNNI does, so its kernels
+// take AVX-512's exact paths (u8 Q8_0 weights, Q4_K's high nibbles in place,
+// Q5_K's five vectors) at half the width. It has no broadcast memory
+// operand: the 4 activation bytes are a vpbroadcastd, which is a load alone.
+//
+// The two are one template, so that no function is shared between the
+// translation units compiled with and without AVX-VNNI.
 #pragma once
 
 #include <immintrin.h>
@@ -18,17 +29,19 @@
 
 namespace headroom::kernels::x86 {
 
-struct Avx2 {
-    static constexpr const char* kName = "avx2";
+template <bool kVnni>
+struct Avx2Ops {
+    static constexpr const char* kName = kVnni ? "avxvnni" : "avx2";
     static constexpr int kLanes = 8;
     static constexpr int kBytes = 32;
-    static constexpr bool kQ8Unsigned = false;
-    // dot_u8s8 goes through vpmaddubsw, which saturates pairs at 16 bits:
-    // exact only for small weights (4- to 6-bit levels).
-    static constexpr bool kExactU8Dot = false;
-    // Q5_K's copy keeps the GGUF order: 8 x a 5-bit level would saturate
-    // vpmaddubsw's pair sums (simd-avx512.h).
-    static constexpr bool kQ5KFiveVectors = false;
+    // With vpdpbusd, Q8_0 weights are packed as u8 = w + 128 (simd-avx512.h).
+    static constexpr bool kQ8Unsigned = kVnni;
+    // Without it dot_u8s8 goes through vpmaddubsw, which saturates pairs at
+    // 16 bits: exact only for small weights (4- to 6-bit levels).
+    static constexpr bool kExactU8Dot = kVnni;
+    // Without vpdpbusd, Q5_K's copy keeps the GGUF order: 8 x a 5-bit level
+    // would saturate vpmaddubsw's pair sums (simd-avx512.h).
+    static constexpr bool kQ5KFiveVectors = kVnni;
     // 16 scales do not fit the 16 registers: loaded where their sub-blocks
     // need them (simd-avx512.h). First, on Zen 4, Q6_K decode's products ran
     // at 0.61-0.63 of a plain read's rate against 0.65-0.68.
@@ -75,17 +88,23 @@ struct Avx2 {
     }
     static I set1(int32_t v) { return _mm256_set1_epi32(v); }
     static I set1_8(int8_t v) { return _mm256_set1_epi8(v); }
+    // acc + sum of 4 products u8 x s8 per int32 lane (saturating pairs
+    // through vpmaddubsw; exact with vpdpbusd).
     static I dot_u8s8(I acc, I u8, I s8) {
-        return _mm256_add_epi32(
-            acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1)));
+        if constexpr (kVnni)
+            return _mm256_dpbusd_avx_epi32(acc, u8, s8);
+        else
+            return _mm256_add_epi32(
+                acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1)));
     }
     // The same with s8 = the 4 bytes at p in every lane.
     static I dot_u8s8_at(I acc, I u8, const void* p) { return dot_u8s8(acc, u8, bcast32(p)); }
     // vpmaddubsw alone (int16 pair sums, saturating), their int16 sum, and
     // acc + the int32 sums of pairs of them. For small levels (gemm.h:
     // block_32, sub_q45) several pair sums add up exactly in int16 and are
-    // widened once: about half the multiplies of dot_u8s8 per vector.
-    static constexpr bool kPairSums16 = true;
+    // widened once: about half the multiplies of dot_u8s8 per vector. With
+    // vpdpbusd, one instruction a vector already.
+    static constexpr bool kPairSums16 = !kVnni;
     static I pairs16(I u8, I s8) { return _mm256_maddubs_epi16(u8, s8); }
     static I add16(I a, I b) { return _mm256_add_epi16(a, b); }
     static I widen16(I acc, I s16) {
@@ -105,7 +124,12 @@ struct Avx2 {
     }
     static I abs8(I a) { return _mm256_abs_epi8(a); }
     static I clamp_q8(I w) { return _mm256_max_epi8(w, _mm256_set1_epi8(-127)); }
-    static I dot_s16(I acc, I a, I b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+    static I dot_s16(I acc, I a, I b) {
+        if constexpr (kVnni)
+            return _mm256_dpwssd_avx_epi32(acc, a, b);
+        else
+            return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+    }
     static I add(I a, I b) { return _mm256_add_epi32(a, b); }
     static I sub(I a, I b) { return _mm256_sub_epi32(a, b); }
     static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
@@ -319,5 +343,8 @@ struct Avx2 {
         _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
     }
 };
+
+using Avx2 = Avx2Ops<false>;
+using AvxVnni = Avx2Ops<true>;
 
 }  // namespace headroom::kernels::x86

@@ -44,11 +44,14 @@ bool cpu_has_avx2() {
 #endif
 }
 
-// AVX-VNNI: the VEX-encoded vpdpbusd on 256-bit vectors (CPUID leaf 7,
-// subleaf 1, EAX bit 4), without AVX-512.
+// AVX-VNNI: the VEX-encoded vpdpbusd on 256-bit vectors. CPUID leaf 7,
+// subleaf 1, EAX bit 4 (clang 14's __builtin_cpu_supports has no
+// "avxvnni"); its registers are AVX2's, whose state cpu_has_avx2 covers.
 bool cpu_has_avxvnni() {
 #if defined(__x86_64__)
-    return cpu_has_avx2() && __builtin_cpu_supports("avxvnni");
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return cpu_has_avx2() && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) &&
+           (eax & (1u << 4)) != 0;
 #else
     return false;
 #endif

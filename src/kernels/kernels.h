@@ -2,8 +2,8 @@
 // Each instruction set (the scalar reference in cpu/ref; AVX2, AVX-VNNI and
 // AVX-512 in cpu/x86) fills one table of functions; ops() picks the best one
 // this CPU supports at start-up (HEADROOM_ISA=ref|avx2|avxvnni|avx512
-// overrides). The
-// reference is the spec: every fast kernel is tested against it.
+// overrides). The reference is the spec: every fast kernel is tested
+// against it.
 //
 // Conventions: activations are f32 and row-major, one row per token;
 // weights are rows of a GGUF tensor (ne[0] = n_cols contiguous elements in

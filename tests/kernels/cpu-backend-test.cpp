@@ -66,7 +66,7 @@ TEST(CpuBackendWeights, ATiedEmbeddingIsRepackedWhereItsFileIsMapped) {
             EXPECT_EQ(m.packed != nullptr, mapped);
             EXPECT_EQ(cpu.matrix(lookup).packed, nullptr);
             // Whole row groups (a vector's int32 lanes: 16 rows with
-            // AVX-512, 8 with AVX2), in 64-byte units.
+            // AVX-512, 8 with AVX2 and AVX-VNNI), in 64-byte units.
             const int64_t lanes = std::string_view(ops->name) == "avx512" ? 16 : 8;
             const uint64_t packed = static_cast<uint64_t>((kRows + lanes - 1) / lanes * lanes) * rb;
             EXPECT_EQ(cpu.packed_bytes(), mapped ? (packed + 63) / 64 * 64 : 0);

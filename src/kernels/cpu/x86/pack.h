@@ -1,6 +1,6 @@
 // Reading quantized weights as interleaved vectors; repacking them at load
-// time; packing panels for a batch. Shared by the AVX2 and AVX-512 backends
-// (templates over the vector traits V, instantiated in each ISA's file).
+// time; packing panels for a batch. Shared by the x86 backends (templates
+// over the vector traits V, instantiated in each ISA's file).
 //
 // A row group is V::kLanes (L) consecutive weight rows. The readers turn one
 // block of a row group into vectors where lane r holds 4 consecutive weights

@@ -12,8 +12,8 @@
 // AvxVnni is the same 8 lanes with AVX-VNNI's vpdpbusd and vpdpwssd (VEX
 // encoded: Intel's cores from Alder Lake on, most without AVX-512): u8 x s8
 // products summed into int32 exactly, as AVX-512 VNNI does, so its kernels
-// take AVX-512's exact paths (u8 Q8_0 weights, Q4_K's high nibbles in place,
-// Q5_K's five vectors) at half the width. It has no broadcast memory
+// take AVX-512's exact paths (u8 Q8_0 weights, the high nibbles of Q4_0,
+// Q4_1 and Q4_K in place, Q5_K's five vectors) at half the width. It has no broadcast memory
 // operand: the 4 activation bytes are a vpbroadcastd, which is a load alone.
 //
 // The two are one template, so that no function is shared between the
@@ -106,7 +106,10 @@ struct Avx2Ops {
     // widened once: about half the multiplies of dot_u8s8 per vector. With
     // vpdpbusd, one instruction a vector already.
     static constexpr bool kPairSums16 = !kVnni;
-    static I pairs16(I u8, I s8) { return _mm256_maddubs_epi16(u8, s8); }
+    static I pairs16(I u8, I s8) {
+        static_assert(!kVnni, "AvxVnni's kernels take the exact path");
+        return _mm256_maddubs_epi16(u8, s8);
+    }
     static I add16(I a, I b) { return _mm256_add_epi16(a, b); }
     static I widen16(I acc, I s16) {
         return _mm256_add_epi32(acc, _mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
@@ -114,11 +117,13 @@ struct Avx2Ops {
     // acc + the products of s8 w and a: as |w| x (a signed as w), abs_w = |w|
     // (abs8), for |a| <= 127; as |a| x (w signed as a) for |w| <= 127.
     static I dot_s8s8(I acc, I w, I abs_w, I a) {
+        static_assert(!kVnni, "AvxVnni's Q8_0 weights are unsigned");
         return _mm256_add_epi32(
             acc, _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(a, w)),
                                    _mm256_set1_epi16(1)));
     }
     static I dot_s8s8_any_a(I acc, I w, I a) {
+        static_assert(!kVnni, "AvxVnni's Q8_0 weights are unsigned");
         return _mm256_add_epi32(
             acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(w, a)),
                                    _mm256_set1_epi16(1)));

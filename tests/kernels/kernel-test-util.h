@@ -2,8 +2,8 @@
 // Context with its own pool and scratch, and random inputs.
 //
 // ctest runs the kernel tests once per instruction set, naming it in
-// HEADROOM_TEST_ISA (avx2, avxvnni, avx512): a test for one this CPU cannot run is
-// reported skipped, naming it, never passed. Run by hand without the
+// HEADROOM_TEST_ISA (avx2, avxvnni, avx512): a test for one this CPU cannot
+// run is reported skipped, naming it, never passed. Run by hand without the
 // variable, the binary tests every instruction set this CPU has.
 #pragma once
 

@@ -13,8 +13,9 @@
 // encoded: Intel's cores from Alder Lake on, most without AVX-512): u8 x s8
 // products summed into int32 exactly, as AVX-512 VNNI does, so its kernels
 // take AVX-512's exact paths (u8 Q8_0 weights, the high nibbles of Q4_0,
-// Q4_1 and Q4_K in place, Q5_K's five vectors) at half the width. It has no broadcast memory
-// operand: the 4 activation bytes are a vpbroadcastd, which is a load alone.
+// Q4_1 and Q4_K in place, Q5_K's five vectors) at half the width. It has no
+// broadcast memory operand: the 4 activation bytes are a vpbroadcastd, which
+// is a load alone.
 //
 // The two are one template, so that no function is shared between the
 // translation units compiled with and without AVX-VNNI.

@@ -83,7 +83,7 @@ cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j "$(nproc)"
 ctest --preset fuzz -j "$(nproc)" -L unit -LE slow
 
-step "fuzzing: the GGUF reader for ${HEADROOM_FUZZ_SECONDS:-60}s, the other parsers for 20s each"
+step "fuzzing: the GGUF reader for ${HEADROOM_FUZZ_SECONDS:-60}s, the other parsers and the tokenizers for 20s each"
 scripts/fuzz.sh "${HEADROOM_FUZZ_SECONDS:-60}" gguf
-scripts/fuzz.sh 20 doctor chat-template openai-request
+scripts/fuzz.sh 20 doctor chat-template openai-request tokenizer
 step "all tests passed"

@@ -485,7 +485,33 @@ HR_KERNEL_INLINE void prefetch_acts(const Tok* tok, int64_t blk, int64_t b0, int
     }
 }
 
-// The same straight from a source (pack.h): each block is read once for the
+// Part `part` of kParts of a decode step's request for the repacked weights
+// src.ahead bytes past block blk's start: lines [part, part + 1) x n / kParts
+// of the n lines a block spans, into L2 (nothing unless src.ahead). Unrolled,
+// part a constant: as a loop, each of a K type's 36 to 53 prefetches a block
+// brought an add and a branch with it, and the block ran 1.2 times as long
+// from L2 (Q4_K, one Intel Xeon core).
+//
+// The K types' decode paths spread a block's requests over its work, about
+// a line at each step, where the others ask for the whole block at its
+// start. On an Intel Xeon virtual machine (2 cores, 4 KiB ahead), TinyLlama's
+// decode went from 73-75% of the read bandwidth to 87-89% (Q4_K), 85%
+// (Q5_K) and 86% (Q6_K); forced to AVX-VNNI there, from 70-73% to 88-90%
+// (Q4_K, Q5_K). Half as many steps (two or three lines each) read 84-85%,
+// and the requests into L1 instead of L2 read 67-70%. Thirty-odd requests at
+// once, it seems, fill the core's queue of misses, and the block's own loads
+// of lines already in L2 wait behind them.
+template <class V, int kParts, class Src>
+HR_KERNEL_INLINE void ask_ahead(const Src& src, int64_t blk, int part) {
+    constexpr int kLines = static_cast<int>((Src::kGroupBlockBytes + 63) / 64);
+    if (!src.ahead) return;
+    const uint8_t* p = src.base + static_cast<uint64_t>(blk) * Src::kGroupBlockBytes + src.ahead;
+#pragma GCC unroll 64
+    for (int l = part * kLines / kParts; l < (part + 1) * kLines / kParts; ++l)
+        V::prefetch_l2(p + 64 * l);
+}
+
+// micro_panel's work straight from a source (pack.h): each block is read once for the
 // NR tokens, with no panel in between. kAhead: a decode step, streaming the
 // weights from memory: ask for the repacked ones src.ahead bytes ahead
 // (Context::decode_prefetch_bytes), and for the activations of a block ahead
@@ -497,19 +523,15 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
     F acc[NR];
     load_acc<V, NR>(acc, tok, n_valid, first);
     for (int64_t blk = b0; blk < b0 + nb; ++blk) {
-        if constexpr (kAhead && Src::kRepacked) {
-            // Ask for the bytes src.ahead past this block's (the stream
-            // goes on into the next group, and the next part's). Unrolled:
-            // as a loop, each of a K type's 36 to 53 prefetches a block
-            // brought an add and a branch with it, and the block ran 1.2
-            // times as long from L2 (Q4_K, one Intel Xeon core).
-            if (src.ahead) {
-                const uint8_t* p =
-                    src.base + static_cast<uint64_t>(blk) * Src::kGroupBlockBytes + src.ahead;
-#pragma GCC unroll 64
-                for (uint64_t o = 0; o < Src::kGroupBlockBytes; o += 64) V::prefetch_l2(p + o);
-            }
-        }
+        // Q4_K, Q5_K and Q6_K on the paths below spread the block's
+        // requests over its work (ask_ahead); the others ask for the whole
+        // block here. (The stream goes on into the next group, and the next
+        // part's.)
+        constexpr bool kAsk = kAhead && Src::kRepacked;
+        constexpr bool kQ4 = T == TensorType::Q4_K && !kI16 && V::kExactU8Dot && kAsk;
+        constexpr bool kQ5 = T == TensorType::Q5_K && !kI16 && V::kQ5KFiveVectors && kAsk;
+        constexpr bool kQ6 = T == TensorType::Q6_K && V::kQ6KScalesFirst && kAsk;
+        if constexpr (kAsk && !kQ4 && !kQ5 && !kQ6) ask_ahead<V, 1>(src, blk, 0);
         if constexpr (kAhead) prefetch_acts<V, T, NR, kI16>(tok, blk, b0, nb);
         if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
             using R = ReadQ45K<V, T == TensorType::Q5_K>;
@@ -525,21 +547,36 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
                 I H[NR];
                 for (int t = 0; t < NR; ++t) H[t] = V::zero();
                 const I low4 = V::set1_8(0x0F), high4 = V::set1_8(static_cast<int8_t>(0xF0));
+#pragma GCC unroll 4
                 for (int c = 0; c < 4; ++c) {
                     I x[8];
+                    if constexpr (kQ4) ask_ahead<V, 36>(src, blk, 9 * c);
                     src.dw4(blk, 16 + 32 * c, x);
+                    if constexpr (kQ4) ask_ahead<V, 36>(src, blk, 9 * c + 1);
                     src.dw4(blk, 32 + 32 * c, x + 4);
-                    for (int k = 0; k < 8; ++k) w[k] = V::and_(x[k], low4);
+                    for (int k = 0; k < 8; k += 2) {
+                        if constexpr (kQ4) ask_ahead<V, 36>(src, blk, 9 * c + 2 + k / 2);
+                        w[k] = V::and_(x[k], low4);
+                        w[k + 1] = V::and_(x[k + 1], low4);
+                    }
                     sub_q45<V, NR, false, false>(w, sc[2 * c], tok, blk, 2 * c, S, Sl);
-                    for (int k = 0; k < 8; ++k) w[k] = V::and_(x[k], high4);
+                    for (int k = 0; k < 8; k += 4) {
+                        if constexpr (kQ4) ask_ahead<V, 36>(src, blk, 9 * c + 6 + k / 4);
+                        for (int j = k; j < k + 4; ++j) w[j] = V::and_(x[j], high4);
+                    }
+                    if constexpr (kQ4) ask_ahead<V, 36>(src, blk, 9 * c + 8);
                     sub_q45<V, NR, false, false>(w, sc[2 * c + 1], tok, blk, 2 * c + 1, H, Sl);
                 }
                 for (int t = 0; t < NR; ++t) S[t] = V::add(S[t], V::template sra<4>(H[t]));
             } else if constexpr (T == TensorType::Q5_K && !kI16 && V::kQ5KFiveVectors &&
                                  Src::kRepacked) {
+#pragma GCC unroll 8
                 for (int s = 0; s < 8; ++s) {
+                    if constexpr (kQ5) ask_ahead<V, 24>(src, blk, 3 * s);
                     R::sub_x8(src, blk, s, w);
+                    if constexpr (kQ5) ask_ahead<V, 24>(src, blk, 3 * s + 1);
                     sub_q5_x8<V, NR>(w, sc[s], tok, blk, s, S);
+                    if constexpr (kQ5) ask_ahead<V, 24>(src, blk, 3 * s + 2);
                 }
             } else {
                 for (int c = 0; c < 4; ++c) {
@@ -558,9 +595,13 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
             for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
             if constexpr (Src::kRepacked && V::kQ6KScalesFirst) {
                 R::scales(src, blk, sc, d);
+#pragma GCC unroll 16
                 for (int s = 0; s < 16; ++s) {
+                    if constexpr (kQ6) ask_ahead<V, 48>(src, blk, 3 * s);
                     R::sub(src, blk, s, w);
+                    if constexpr (kQ6) ask_ahead<V, 48>(src, blk, 3 * s + 1);
                     sub_q6<V, NR, kI16>(w, sc[s], tok, blk, s, S, Sl);
+                    if constexpr (kQ6) ask_ahead<V, 48>(src, blk, 3 * s + 2);
                 }
             } else if constexpr (Src::kRepacked) {
                 // Each scale loaded where its sub-block needs it.

@@ -520,20 +520,20 @@ template <class V, TensorType T, int NR, bool kI16, class Src, bool kAhead = tru
 void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_valid, bool first) {
     using I = typename V::I;
     using F = typename V::F;
+    // The paths below that spread a block's requests for weights over its
+    // work (ask_ahead); the others ask for the whole block at its start.
+    constexpr bool kQ4Masked = T == TensorType::Q4_K && !kI16 && V::kExactU8Dot;
+    constexpr bool kQ5Five = T == TensorType::Q5_K && !kI16 && V::kQ5KFiveVectors && Src::kRepacked;
+    constexpr bool kQ6First = T == TensorType::Q6_K && V::kQ6KScalesFirst && Src::kRepacked;
     constexpr bool kAsk = kAhead && Src::kRepacked;
-    constexpr bool kQ4 = T == TensorType::Q4_K && !kI16 && V::kExactU8Dot && kAsk;
-    constexpr bool kQ5 = T == TensorType::Q5_K && !kI16 && V::kQ5KFiveVectors && kAsk;
-    constexpr bool kQ6 = T == TensorType::Q6_K && V::kQ6KScalesFirst && kAsk;
+    constexpr bool kSpread = kAsk && (kQ4Masked || kQ5Five || kQ6First);
     bool acts_midway = false;
-    if constexpr (kQ6) acts_midway = src.ahead != 0;
+    if constexpr (kQ6First && kAsk) acts_midway = src.ahead != 0;
     F acc[NR];
     load_acc<V, NR>(acc, tok, n_valid, first);
     for (int64_t blk = b0; blk < b0 + nb; ++blk) {
-        // Q4_K, Q5_K and Q6_K on the paths below spread the block's
-        // requests over its work (ask_ahead); the others ask for the whole
-        // block here. (The stream goes on into the next group, and the next
-        // part's.)
-        if constexpr (kAsk && !kQ4 && !kQ5 && !kQ6) ask_ahead<V, 1>(src, blk, 0);
+        // (The stream goes on into the next group, and the next part's.)
+        if constexpr (kAsk && !kSpread) ask_ahead<V, 1>(src, blk, 0);
         // Where it asks for weights ahead, Q6_K asks for the next block's
         // activations halfway through its own: on the Intel Xeon of
         // ask_ahead, its decode read 88-90% of the bandwidth against 85-86%
@@ -546,7 +546,7 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
             F d, dmin;
             for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
             R::scales(src, blk, sc, mp, d, dmin);
-            if constexpr (T == TensorType::Q4_K && !kI16 && V::kExactU8Dot) {
+            if constexpr (kQ4Masked) {
                 // The odd sub-blocks multiply the high nibbles in place, as
                 // 16 x level: one mask instead of a shift and a mask per
                 // vector. Their sums, multiples of 16, are divided once at
@@ -557,33 +557,32 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
 #pragma GCC unroll 4
                 for (int c = 0; c < 4; ++c) {
                     I x[8];
-                    if constexpr (kQ4) ask_ahead<V, 36>(src, blk, 9 * c);
+                    if constexpr (kAsk) ask_ahead<V, 36>(src, blk, 9 * c);
                     src.dw4(blk, 16 + 32 * c, x);
-                    if constexpr (kQ4) ask_ahead<V, 36>(src, blk, 9 * c + 1);
+                    if constexpr (kAsk) ask_ahead<V, 36>(src, blk, 9 * c + 1);
                     src.dw4(blk, 32 + 32 * c, x + 4);
                     for (int k = 0; k < 8; k += 2) {
-                        if constexpr (kQ4) ask_ahead<V, 36>(src, blk, 9 * c + 2 + k / 2);
+                        if constexpr (kAsk) ask_ahead<V, 36>(src, blk, 9 * c + 2 + k / 2);
                         w[k] = V::and_(x[k], low4);
                         w[k + 1] = V::and_(x[k + 1], low4);
                     }
                     sub_q45<V, NR, false, false>(w, sc[2 * c], tok, blk, 2 * c, S, Sl);
                     for (int k = 0; k < 8; k += 4) {
-                        if constexpr (kQ4) ask_ahead<V, 36>(src, blk, 9 * c + 6 + k / 4);
+                        if constexpr (kAsk) ask_ahead<V, 36>(src, blk, 9 * c + 6 + k / 4);
                         for (int j = k; j < k + 4; ++j) w[j] = V::and_(x[j], high4);
                     }
-                    if constexpr (kQ4) ask_ahead<V, 36>(src, blk, 9 * c + 8);
+                    if constexpr (kAsk) ask_ahead<V, 36>(src, blk, 9 * c + 8);
                     sub_q45<V, NR, false, false>(w, sc[2 * c + 1], tok, blk, 2 * c + 1, H, Sl);
                 }
                 for (int t = 0; t < NR; ++t) S[t] = V::add(S[t], V::template sra<4>(H[t]));
-            } else if constexpr (T == TensorType::Q5_K && !kI16 && V::kQ5KFiveVectors &&
-                                 Src::kRepacked) {
+            } else if constexpr (kQ5Five) {
 #pragma GCC unroll 8
                 for (int s = 0; s < 8; ++s) {
-                    if constexpr (kQ5) ask_ahead<V, 24>(src, blk, 3 * s);
+                    if constexpr (kAsk) ask_ahead<V, 24>(src, blk, 3 * s);
                     R::sub_x8(src, blk, s, w);
-                    if constexpr (kQ5) ask_ahead<V, 24>(src, blk, 3 * s + 1);
+                    if constexpr (kAsk) ask_ahead<V, 24>(src, blk, 3 * s + 1);
                     sub_q5_x8<V, NR>(w, sc[s], tok, blk, s, S);
-                    if constexpr (kQ5) ask_ahead<V, 24>(src, blk, 3 * s + 2);
+                    if constexpr (kAsk) ask_ahead<V, 24>(src, blk, 3 * s + 2);
                 }
             } else {
                 for (int c = 0; c < 4; ++c) {
@@ -600,17 +599,16 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
             I S[NR], Sl[NR], sc[16], w[16];
             F d;
             for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
-            if constexpr (Src::kRepacked && V::kQ6KScalesFirst) {
+            if constexpr (kQ6First) {
                 R::scales(src, blk, sc, d);
 #pragma GCC unroll 16
                 for (int s = 0; s < 16; ++s) {
-                    if constexpr (kQ6) ask_ahead<V, 48>(src, blk, 3 * s);
+                    if constexpr (kAsk) ask_ahead<V, 48>(src, blk, 3 * s);
                     R::sub(src, blk, s, w);
-                    if constexpr (kQ6) ask_ahead<V, 48>(src, blk, 3 * s + 1);
+                    if constexpr (kAsk) ask_ahead<V, 48>(src, blk, 3 * s + 1);
                     sub_q6<V, NR, kI16>(w, sc[s], tok, blk, s, S, Sl);
-                    if constexpr (kQ6) ask_ahead<V, 48>(src, blk, 3 * s + 2);
-                    if constexpr (kQ6)
-                        if (s == 7 && acts_midway) prefetch_acts<V, T, NR, kI16>(tok, blk, b0, nb);
+                    if constexpr (kAsk) ask_ahead<V, 48>(src, blk, 3 * s + 2);
+                    if (s == 7 && acts_midway) prefetch_acts<V, T, NR, kI16>(tok, blk, b0, nb);
                 }
             } else if constexpr (Src::kRepacked) {
                 // Each scale loaded where its sub-block needs it.

@@ -87,31 +87,35 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) uint64_t read_lines
 // Read bandwidth of this machine with `pool`'s threads: each streams its
 // share of `buf` (16x the size of a large L3 cache). The median of `reps`
 // passes after a warm-up one (a shared machine gives both slow and odd fast
-// passes), for each of two ways to read, and the faster counts: plain loads,
-// which only the hardware prefetchers fetch ahead of, and loads that also ask
-// for the line kProbeAheadBytes further on, as the decode kernels do
-// (Context::decode_prefetch_bytes). Where the prefetchers keep too few lines
-// in flight (an Intel Xeon virtual machine: 19-20 GB/s plain against 21-22
-// ahead), only the second reaches the memory's rate, and a decode that asks
-// ahead would read "faster than the machine".
-double measure_read_bandwidth_gbps(ThreadPool& pool, const Region& buf, int reps) {
-    constexpr size_t kProbeAheadBytes = 4096;
+// passes), for each way to read, and the fastest counts: plain loads, which
+// only the hardware prefetchers fetch ahead of, and loads that also ask for
+// the line 1, 2 or 4 KiB further on, or `kernel_ahead` bytes on, as the
+// decode kernels do (Context::decode_prefetch_bytes). Where the prefetchers
+// keep too few lines in flight (an Intel Xeon virtual machine: 19-20 GB/s
+// plain against 21-22 ahead), only a read that asks ahead reaches the
+// memory's rate, and a decode that asks ahead would read "faster than the
+// machine". The distance matters too: on another Intel Xeon virtual machine
+// (family 6 model 167), asking 0.5 to 3.5 KiB ahead read 35.6-37.0 GB/s, and
+// 4 to 8 KiB ahead 30.6-31.4, what plain loads read.
+double measure_read_bandwidth_gbps(ThreadPool& pool, const Region& buf, int reps,
+                                   uint64_t kernel_ahead) {
     constexpr size_t kUnit = 128;  // bytes per read_lines step
     const size_t n_bytes = buf.size_bytes() / kUnit * kUnit;
+    std::vector<size_t> aheads{0, 1024, 2048, 4096};
+    if (std::find(aheads.begin(), aheads.end(), kernel_ahead) == aheads.end())
+        aheads.push_back(kernel_ahead);
     std::atomic<uint64_t> sink{0};
-    std::vector<double> gbps[2];  // [ahead]
+    std::vector<std::vector<double>> gbps(aheads.size());  // [way]
     for (int r = 0; r <= reps; ++r) {
-        for (const bool ahead : {false, true}) {
+        for (size_t a = 0; a < aheads.size(); ++a) {
             const auto t0 = Clock::now();
             pool.parallel_for(
                 static_cast<int64_t>(n_bytes / kUnit), [&](int64_t b, int64_t e, int) {
                     sink.fetch_add(read_lines(buf.data() + static_cast<size_t>(b) * kUnit,
-                                              static_cast<size_t>(e - b) * kUnit,
-                                              ahead ? kProbeAheadBytes : 0),
+                                              static_cast<size_t>(e - b) * kUnit, aheads[a]),
                                    std::memory_order_relaxed);
                 });
-            if (r > 0)
-                gbps[ahead].push_back(static_cast<double>(n_bytes) / seconds_since(t0) / 1e9);
+            if (r > 0) gbps[a].push_back(static_cast<double>(n_bytes) / seconds_since(t0) / 1e9);
         }
     }
     if (sink.load() == 1) fmt::print(stderr, " ");  // keeps the reads
@@ -222,7 +226,8 @@ void run_bench(const Opts& o) {
         const double pp_s = seconds_since(t0);
         auto measure = [&] {
             return cpu && probe && n_gen
-                       ? measure_read_bandwidth_gbps(cpu->pool(), probe_buf, kProbePasses)
+                       ? measure_read_bandwidth_gbps(cpu->pool(), probe_buf, kProbePasses,
+                                                     cpu->decode_prefetch_bytes())
                        : 0.0;
         };
         const double before = measure();

@@ -114,12 +114,21 @@ ActPrecision initial_act_precision() {
 //   - AVX-512 on an Intel Xeon (Emerald Rapids) virtual machine: decode
 //     ran 1.25 to 1.4 times as fast asking 4 KiB ahead (Q4_0, Q4_K, Q8_0);
 //     2, 8 and 16 KiB measured the same as 4.
+//   - AVX-512 on an Intel Xeon virtual machine reporting family 6 model
+//     167, once the K types spread their requests over each block (gemm.h,
+//     ask_ahead), TinyLlama's decode asking 2.5 KiB ahead ran 1.02-1.05
+//     times as fast as 4 KiB (Q5_K), 1.03-1.04 (Q6_K), 1.02-1.03 (Q8_0),
+//     1.07-1.13 (Q4_0) and 0.96-1.07 (Q4_K, within the noise); 2 KiB was no
+//     better than 4, and 3 KiB fell between. Forced to AVX2 there, Q4_K ran
+//     1.07-1.08 times as fast; forced to AVX-VNNI, Q6_K 1.05-1.06 times and
+//     Q5_K the same.
 //   - AVX-VNNI, chosen only where AVX-512 is missing (Intel's client
-//     cores), is unmeasured there: it asks 4 KiB ahead as AVX2 does.
+//     cores), is unmeasured on one.
+// So Intel cores ask 2.5 KiB ahead, and AMD's AVX2 keeps its 4 KiB.
 uint64_t default_decode_prefetch_bytes(const Ops& ops) {
     if (&ops == &ref_ops()) return 0;
-    if (&ops == avx512_ops() && cpu_is_amd()) return 0;
-    return 4096;
+    if (cpu_is_amd()) return &ops == avx512_ops() ? 0 : 4096;
+    return 2560;
 }
 
 }  // namespace

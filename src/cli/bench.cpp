@@ -96,7 +96,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) uint64_t read_lines
 // memory's rate, and a decode that asks ahead would read "faster than the
 // machine". The distance matters too: on another Intel Xeon virtual machine
 // (family 6 model 167), asking 0.5 to 3.5 KiB ahead read 35.6-37.0 GB/s, and
-// 4 to 8 KiB ahead 30.6-31.4, what plain loads read.
+// 4 to 8 KiB ahead 30.6-31.4, what plain loads read. (That machine reports a
+// 480 MiB L3; a 2 GiB buffer read the same as this one, within the noise.)
 double measure_read_bandwidth_gbps(ThreadPool& pool, const Region& buf, int reps,
                                    uint64_t kernel_ahead) {
     constexpr size_t kUnit = 128;  // bytes per read_lines step

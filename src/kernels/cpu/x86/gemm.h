@@ -502,7 +502,7 @@ HR_KERNEL_INLINE void prefetch_acts(const Tok* tok, int64_t blk, int64_t b0, int
 // once, it seems, fill the core's queue of misses, and the block's own loads
 // of lines already in L2 wait behind them. (These shares are of a read that
 // asked 4 KiB ahead; there, one asking 2.5 KiB ahead reads 1.2 times as
-// much: dispatch.cpp.)
+// much: measure_read_bandwidth_gbps in src/cli/bench.cpp.)
 template <class V, int kParts, class Src>
 HR_KERNEL_INLINE void ask_ahead(const Src& src, int64_t blk, int part) {
     constexpr int kLines = static_cast<int>((Src::kGroupBlockBytes + 63) / 64);

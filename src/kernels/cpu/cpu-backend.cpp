@@ -30,10 +30,15 @@ uint64_t pack_size(uint64_t n) {
     return (n + kPackAlign - 1) / kPackAlign * kPackAlign;
 }
 
-// A matmul's profile row: the weight type, and a decode step's single token
-// apart from batches.
-std::string matmul_row(TensorType type, int64_t n_tokens) {
-    return fmt::format("matmul {}, {}", name(type), n_tokens == 1 ? "1 token" : "batch");
+// A matmul's profile row: the weight type, a decode step's single token
+// apart from batches, and the shape of the n matrices run as one piece of
+// work ("2048+256+256 x 2048": their rows, then the width they share), so a
+// slow read rate can be traced to the calls that make it.
+std::string matmul_row(const Matrix* const* ms, int n, int64_t n_tokens) {
+    std::string rows = std::to_string(ms[0]->n_rows);
+    for (int i = 1; i < n; ++i) rows += fmt::format("+{}", ms[i]->n_rows);
+    return fmt::format("matmul {}, {}, {} x {}", name(ms[0]->type),
+                       n_tokens == 1 ? "1 token" : "batch", rows, ms[0]->n_cols);
 }
 
 }  // namespace
@@ -391,7 +396,7 @@ void CpuBackend::matmul(std::span<const Weight* const> ws, DevPtr x, int64_t n_t
             const Timed timed(profile_.get(), "quantize activations");
             acts = ops_.prepare(xf, n_tokens, n_in, ms[i]->type, ctx_);
         }
-        const Timed timed(profile_.get(), profile_ ? matmul_row(ms[i]->type, n_tokens) : "",
+        const Timed timed(profile_.get(), profile_ ? matmul_row(ms + i, j - i, n_tokens) : "",
                           profile_ ? std::accumulate(bytes + i, bytes + j, uint64_t{0}) : 0);
         if (j - i == 1)
             ops_.matmul(*ms[i], acts, out[i], ctx_);

@@ -503,7 +503,16 @@ HR_KERNEL_INLINE void prefetch_acts(const Tok* tok, int64_t blk, int64_t b0, int
 // of lines already in L2 wait behind them. (These shares are of a read that
 // asked 4 KiB ahead; there, one asking 2.5 KiB ahead reads 1.2 times as
 // much: measure_read_bandwidth_gbps in src/cli/bench.cpp.)
-template <class V, int kParts, class Src>
+//
+// kHold: the request stays where it is written. The compiler may move a
+// prefetch past loads, and gathers three or four of the spread requests into
+// one place. Held in order by a compiler barrier (no instruction), the AVX-512
+// decode of TinyLlama on the family 6 model 167 Xeon of
+// measure_read_bandwidth_gbps read 1.02-1.05 times as fast (Q5_K) and
+// 0.99-1.04 (Q6_K) in two series of alternating runs, and Q4_K the same;
+// forced to AVX-VNNI, Q4_K read 0.90 times as fast and Q5_K 0.97. So only
+// AVX-512's Q5_K and Q6_K hold them.
+template <class V, int kParts, class Src, bool kHold = false>
 HR_KERNEL_INLINE void ask_ahead(const Src& src, int64_t blk, int part) {
     constexpr int kLines = static_cast<int>((Src::kGroupBlockBytes + 63) / 64);
     if (!src.ahead) return;
@@ -511,6 +520,7 @@ HR_KERNEL_INLINE void ask_ahead(const Src& src, int64_t blk, int part) {
 #pragma GCC unroll 64
     for (int l = part * kLines / kParts; l < (part + 1) * kLines / kParts; ++l)
         V::prefetch_l2(p + 64 * l);
+    if constexpr (kHold) asm volatile("" ::: "memory");
 }
 
 // micro_panel's work straight from a source (pack.h): each block is read once for the
@@ -578,13 +588,14 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
                 }
                 for (int t = 0; t < NR; ++t) S[t] = V::add(S[t], V::template sra<4>(H[t]));
             } else if constexpr (kQ5Five) {
+                constexpr bool kHold = V::kLanes == 16;
 #pragma GCC unroll 8
                 for (int s = 0; s < 8; ++s) {
-                    if constexpr (kAsk) ask_ahead<V, 24>(src, blk, 3 * s);
+                    if constexpr (kAsk) ask_ahead<V, 24, Src, kHold>(src, blk, 3 * s);
                     R::sub_x8(src, blk, s, w);
-                    if constexpr (kAsk) ask_ahead<V, 24>(src, blk, 3 * s + 1);
+                    if constexpr (kAsk) ask_ahead<V, 24, Src, kHold>(src, blk, 3 * s + 1);
                     sub_q5_x8<V, NR>(w, sc[s], tok, blk, s, S);
-                    if constexpr (kAsk) ask_ahead<V, 24>(src, blk, 3 * s + 2);
+                    if constexpr (kAsk) ask_ahead<V, 24, Src, kHold>(src, blk, 3 * s + 2);
                 }
             } else {
                 for (int c = 0; c < 4; ++c) {
@@ -605,11 +616,11 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
                 R::scales(src, blk, sc, d);
 #pragma GCC unroll 16
                 for (int s = 0; s < 16; ++s) {
-                    if constexpr (kAsk) ask_ahead<V, 48>(src, blk, 3 * s);
+                    if constexpr (kAsk) ask_ahead<V, 48, Src, true>(src, blk, 3 * s);
                     R::sub(src, blk, s, w);
-                    if constexpr (kAsk) ask_ahead<V, 48>(src, blk, 3 * s + 1);
+                    if constexpr (kAsk) ask_ahead<V, 48, Src, true>(src, blk, 3 * s + 1);
                     sub_q6<V, NR, kI16>(w, sc[s], tok, blk, s, S, Sl);
-                    if constexpr (kAsk) ask_ahead<V, 48>(src, blk, 3 * s + 2);
+                    if constexpr (kAsk) ask_ahead<V, 48, Src, true>(src, blk, 3 * s + 2);
                     if (s == 7 && acts_midway) prefetch_acts<V, T, NR, kI16>(tok, blk, b0, nb);
                 }
             } else if constexpr (Src::kRepacked) {

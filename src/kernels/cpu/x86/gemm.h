@@ -539,6 +539,9 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
     constexpr bool kQ6First = T == TensorType::Q6_K && V::kQ6KScalesFirst && Src::kRepacked;
     constexpr bool kAsk = kAhead && Src::kRepacked;
     constexpr bool kSpread = kAsk && (kQ4Masked || kQ5Five || kQ6First);
+    // Q5_K's and Q6_K's spread requests held where they are written on
+    // AVX-512 (ask_ahead's kHold); Q6_K spreads them only there.
+    constexpr bool kHold = V::kLanes == 16;
     bool acts_midway = false;
     if constexpr (kQ6First && kAsk) acts_midway = src.ahead != 0;
     F acc[NR];
@@ -588,7 +591,6 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
                 }
                 for (int t = 0; t < NR; ++t) S[t] = V::add(S[t], V::template sra<4>(H[t]));
             } else if constexpr (kQ5Five) {
-                constexpr bool kHold = V::kLanes == 16;
 #pragma GCC unroll 8
                 for (int s = 0; s < 8; ++s) {
                     if constexpr (kAsk) ask_ahead<V, 24, Src, kHold>(src, blk, 3 * s);
@@ -616,11 +618,11 @@ void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_
                 R::scales(src, blk, sc, d);
 #pragma GCC unroll 16
                 for (int s = 0; s < 16; ++s) {
-                    if constexpr (kAsk) ask_ahead<V, 48, Src, true>(src, blk, 3 * s);
+                    if constexpr (kAsk) ask_ahead<V, 48, Src, kHold>(src, blk, 3 * s);
                     R::sub(src, blk, s, w);
-                    if constexpr (kAsk) ask_ahead<V, 48, Src, true>(src, blk, 3 * s + 1);
+                    if constexpr (kAsk) ask_ahead<V, 48, Src, kHold>(src, blk, 3 * s + 1);
                     sub_q6<V, NR, kI16>(w, sc[s], tok, blk, s, S, Sl);
-                    if constexpr (kAsk) ask_ahead<V, 48, Src, true>(src, blk, 3 * s + 2);
+                    if constexpr (kAsk) ask_ahead<V, 48, Src, kHold>(src, blk, 3 * s + 2);
                     if (s == 7 && acts_midway) prefetch_acts<V, T, NR, kI16>(tok, blk, b0, nb);
                 }
             } else if constexpr (Src::kRepacked) {

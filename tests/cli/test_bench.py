@@ -110,9 +110,9 @@ file_shapes = {(t.tensor_type.name, int(t.shape[1]), int(t.shape[0])) for t in r
 for name, m in matmul_rows.items():
     kind = re.fullmatch(r"matmul (\w+), (1 token|batch), (\d+(?:\+\d+)*) x (\d+)", name)
     fail_if(not kind or kind.group(1) not in file_types, f"profile row {name!r}: not a type of the file")
-    for rows in kind.group(3).split("+"):
-        fail_if((kind.group(1), int(rows), int(kind.group(4))) not in file_shapes,
-                f"profile row {name!r}: {rows} x {kind.group(4)} is no {kind.group(1)} matrix of the file")
+    for n_rows in kind.group(3).split("+"):
+        fail_if((kind.group(1), int(n_rows), int(kind.group(4))) not in file_shapes,
+                f"profile row {name!r}: {n_rows} x {kind.group(4)} is no {kind.group(1)} matrix of the file")
     fail_if(m.group(5) is None, f"profile row {name!r} without its weight bytes")
 read_mb = sum(float(m.group(5)) for m in matmul_rows.values())
 # Every layer matrix and the output once a step (the embedding row is no matmul's).

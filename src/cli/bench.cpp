@@ -309,6 +309,8 @@ void run_bench(const Opts& o) {
         j["decode_step"] = {{"submits", st.n_submits},
                             {"waits", st.n_waits},
                             {"dispatches", st.n_dispatches},
+                            {"barriers", st.n_barriers},
+                            {"recorded", st.n_recorded},
                             {"upload_bytes", st.upload_bytes},
                             {"download_bytes", st.download_bytes}};
         fmt::print("{}\n", j.dump(2));
@@ -344,9 +346,10 @@ void run_bench(const Opts& o) {
         const kernels::StepStats st = lm.backend->last_step();
         fmt::print(
             "{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s of weights and KV read; a step: {} "
-            "submission, {} wait, {} dispatches, {} B up, {} B down\n",
+            "submission, {} wait, {} dispatches, {} barriers, {}, {} B up, {} B down\n",
             fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps, st.n_submits, st.n_waits,
-            st.n_dispatches, st.upload_bytes, st.download_bytes);
+            st.n_dispatches, st.n_barriers, st.n_recorded ? "recorded" : "submitted again",
+            st.upload_bytes, st.download_bytes);
     }
     if (o.n_gen && cpu)
         fmt::print(

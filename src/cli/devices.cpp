@@ -19,6 +19,8 @@ namespace {
 void print_devices(bool as_json) {
     std::string why;
     const auto devices = kernels::vk::list_devices(&why);
+    std::string note;
+    const auto best = kernels::vk::best_device(devices, &note);
     if (as_json) {
         nlohmann::json list = nlohmann::json::array();
         for (const auto& d : devices) {
@@ -41,12 +43,16 @@ void print_devices(bool as_json) {
                  {"subgroup_size", d.subgroup_size},
                  {"max_storage_buffer_range_bytes", d.max_storage_buffer_range},
                  {"max_allocation_bytes", d.max_allocation_bytes},
+                 {"max_buffer_bytes", d.max_buffer_bytes},
+                 {"is_default", best == d.index},
                  {"max_shared_memory_bytes", d.max_shared_memory_bytes},
                  {"usable", d.missing.empty()},
                  {"missing", d.missing}});
         }
         nlohmann::json out = {{"devices", list}};
         if (devices.empty()) out["why"] = why;
+        if (best) out["vulkan"] = fmt::format("vulkan:{}", *best);
+        if (!note.empty()) out["note"] = note;
         fmt::print("{}\n", out.dump(2));
         return;
     }
@@ -72,11 +78,18 @@ void print_devices(bool as_json) {
         }
         fmt::print(
             "           subgroup {}, shared memory {}, largest binding {}, largest "
-            "allocation {}\n",
+            "allocation {}{}\n",
             d.subgroup_size, format_bytes(uint64_t{d.max_shared_memory_bytes}),
-            format_bytes(d.max_storage_buffer_range), format_bytes(d.max_allocation_bytes));
+            format_bytes(d.max_storage_buffer_range), format_bytes(d.max_allocation_bytes),
+            d.max_buffer_bytes
+                ? fmt::format(", largest buffer {}", format_bytes(d.max_buffer_bytes))
+                : "");
         if (!d.missing.empty()) fmt::print("           cannot run headroom: lacks {}\n", d.missing);
     }
+    if (best)
+        fmt::print("--device vulkan means vulkan:{}{}\n", *best,
+                   note.empty() ? " (the first GPU: discrete, then integrated, then virtual)"
+                                : fmt::format("\nnote: {}", note));
 }
 #endif
 

@@ -22,13 +22,33 @@ DeviceChoice parse_device(const std::string& text) {
         if (text.size() > 7) {
             const char* begin = text.data() + 7;
             const char* end = text.data() + text.size();
-            auto [p, ec] = std::from_chars(begin, end, d.index);
+            uint32_t index = 0;
+            auto [p, ec] = std::from_chars(begin, end, index);
             if (ec != std::errc() || p != end)
                 fail("--device '{}': expected vulkan:N with N a device number", text);
+            d.index = index;
         }
         return d;
     }
     fail("--device '{}': expected cpu, vulkan or vulkan:N", text);
+}
+
+uint32_t vulkan_index(const DeviceChoice& choice, bool say) {
+    if (choice.index) return *choice.index;
+#if HEADROOM_VULKAN
+    std::string why, note;
+    const auto devices = kernels::vk::list_devices(&why);
+    if (devices.empty()) fail("--device vulkan: {}", why);
+    const auto best = kernels::vk::best_device(devices, &note);
+    if (!best)
+        fail("--device vulkan: no Vulkan device here can run headroom's shaders ({} lacks {})",
+             devices[0].name, devices[0].missing);
+    if (say && !note.empty()) fmt::print(stderr, "note: {}\n", note);
+    return *best;
+#else
+    (void)say;
+    return 0;
+#endif
 }
 
 GpuLayers parse_gpu_layers(const std::string& text) {
@@ -50,7 +70,7 @@ std::unique_ptr<kernels::Backend> make_backend(const BackendOptions& o, Ledger& 
     if (o.device.kind == DeviceKind::Vulkan) {
 #if HEADROOM_VULKAN
         kernels::VulkanOptions v;
-        v.device_index = o.device.index;
+        v.device_index = vulkan_index(o.device, o.progress);
         v.device_memory_bytes = o.device_memory_bytes;
         v.reserve_bytes = o.reserve_bytes;
         v.mem_fraction = o.mem_fraction;
@@ -103,6 +123,8 @@ void load_weights(LoadedModel& m, RunnerOptions& ro, const BackendOptions& optio
     ro.budget.host_bytes = ro.budget.device_bytes;
     ro.budget.device_bytes = device_budget_bytes(*m.backend);
     ro.budget.device_context_bytes = m.backend->device_context_bytes();
+    if (m.backend->max_allocation_bytes() != UINT64_MAX)
+        ro.budget.max_allocation_bytes = m.backend->max_allocation_bytes();
     EngineConfig c = ro.config;
     c.device = m.backend->ledger().device();
     const LayerPlacement placed = place_layers(m.desc, c, ro.budget, options.gpu_layers);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/ledger.h"
@@ -21,11 +22,15 @@ enum class DeviceKind { Cpu, Vulkan };
 
 struct DeviceChoice {
     DeviceKind kind = DeviceKind::Cpu;
-    uint32_t index = 0;  // vulkan:N
+    std::optional<uint32_t> index;  // vulkan:N; none: the best device (vk::best_device)
 };
 
 // "cpu" (or "host"), "vulkan", "vulkan:N". Throws headroom::Error naming --device.
 DeviceChoice parse_device(const std::string& text);
+// The Vulkan device a choice means: N for vulkan:N, else the best one of
+// this machine (a GPU before a CPU-type device; `say`: a line on stderr
+// when only a CPU-type device is there). Throws when there is none.
+uint32_t vulkan_index(const DeviceChoice& choice, bool say);
 
 struct BackendOptions {
     uint32_t n_threads = 0;  // CPU workers; 0: one per physical core

@@ -129,20 +129,22 @@ PlanModel resolve_model(const PlanOptions& o) {
 // reports one), or --device-memory in its place; planned as headroom's
 // Vulkan backend allocates.
 Device vulkan_device(const PlanOptions& o) {
-    const DeviceChoice choice = parse_device(o.device);
+    DeviceChoice choice = parse_device(o.device);
     Device d;
     d.gpu = true;
-    d.vulkan_index = choice.index;
 #if HEADROOM_VULKAN
     std::string why;
     const auto devices = kernels::vk::list_devices(&why);
-    if (choice.index < devices.size()) {
-        const auto& info = devices[choice.index];
+    if (!choice.index) choice.index = kernels::vk::best_device(devices).value_or(0);
+    d.vulkan_index = *choice.index;
+    if (*choice.index < devices.size()) {
+        const auto& info = devices[*choice.index];
         const auto& heap = info.main_heap();
         d.name = info.name;
         d.total_bytes = heap.budget_bytes ? *heap.budget_bytes : heap.size_bytes;
+        d.max_allocation_bytes = kernels::vk::allocation_limit(info);
         d.source =
-            fmt::format("vulkan:{} {} ({} {})", choice.index, info.name,
+            fmt::format("vulkan:{} {} ({} {})", *choice.index, info.name,
                         heap.budget_bytes ? "heap budget" : "heap", format_bytes(d.total_bytes));
     } else if (o.device_memory.empty()) {
         fail("--device {}: {}", o.device,
@@ -151,6 +153,7 @@ Device vulkan_device(const PlanOptions& o) {
                  : fmt::format("there are {} Vulkan devices (headroom devices)", devices.size()));
     }
 #else
+    d.vulkan_index = choice.index.value_or(0);
     if (o.device_memory.empty())
         fail(
             "--device {}: this headroom was built without the Vulkan backend; give "
@@ -160,8 +163,9 @@ Device vulkan_device(const PlanOptions& o) {
     if (!o.device_memory.empty()) {
         d.total_bytes = parse_bytes_or_throw(o.device_memory, "--device-memory");
         if (d.total_bytes == 0) fail("--device-memory must be more than 0");
-        if (d.name.empty()) d.name = fmt::format("Vulkan device {}", choice.index);
-        d.source = fmt::format("vulkan:{} with --device-memory {}", choice.index, o.device_memory);
+        if (d.name.empty()) d.name = fmt::format("Vulkan device {}", *d.vulkan_index);
+        d.source =
+            fmt::format("vulkan:{} with --device-memory {}", *d.vulkan_index, o.device_memory);
     }
     return d;
 }
@@ -335,6 +339,8 @@ json plan_json(const PlanModel& m, const Device& d, const Plan& p, const Capacit
           {"gpu", d.gpu},
           {"total_bytes", d.total_bytes},
           {"reserve_bytes", p.settings.reserve_bytes},
+          {"max_allocation_bytes",
+           d.max_allocation_bytes ? json(d.max_allocation_bytes) : json(nullptr)},
           {"source", d.source}}},
         {"budget_bytes", mp.budget_bytes},
         {"mem_fraction", p.settings.mem_fraction},
@@ -346,6 +352,7 @@ json plan_json(const PlanModel& m, const Device& d, const Plan& p, const Capacit
             {"bytes_per_token", mp.kv_bytes_per_token},
             {"bytes_per_seq", mp.kv_bytes_per_seq},
             {"groups", groups},
+            {"allocations", mp.kv_allocations},
             {"formula", f.kv_pool}}},
           {"activations", {{"bytes", mp.activations_bytes()}, {"formula", f.activations}}},
           {"runtime",
@@ -487,6 +494,11 @@ void print_human(const PlanModel& m, const Device& d, const Plan& p, const Capac
                    i == 0 ? format_bytes(mp.kv_cache_bytes + mp.host_kv_cache_bytes) : "", w,
                    f.kv_groups[i]);
     fmt::print("  {:<13}{:>{}}  {}\n", "", "", w, f.kv_pool);
+    if (mp.budget_spec.max_allocation_bytes && mp.kv_allocations > 1)
+        fmt::print(
+            "  {:<13}{:>{}}  in {} allocations of whole blocks ({} allocates at most {} at once)\n",
+            "", "", w, mp.kv_allocations, d.name,
+            format_bytes(mp.budget_spec.max_allocation_bytes));
     fmt::print("  {:<13}{:>{}}  {}\n", "activations",
                format_bytes(mp.activations_bytes() + mp.host_activations.device_bytes), w,
                f.activations);

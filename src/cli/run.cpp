@@ -329,6 +329,7 @@ void add_run_command(CLI::App& app) {
             nlohmann::json report =
                 memory_report_json(runner.plan(), snap, runner.cache(), process);
             report["backend"] = traffic_json(traffic);
+            add_allocations(report, *lm.backend);
             report["kv_sharing"] = {{"blocks_shared", metrics.kv_blocks_shared.load()},
                                     {"bytes_saved", metrics.kv_shared_bytes.load()},
                                     {"bytes_saved_peak", metrics.kv_shared_bytes_peak.load()}};

@@ -179,6 +179,7 @@ void serve(ServeOptions& o) {
     // be read from this thread.
     served.memory_report =
         memory_report_json(runner.plan(), lm.backend->snapshots(), runner.cache(), process);
+    add_allocations(served.memory_report, *lm.backend);
     const std::string summary =
         memory_summary_line(runner.plan(), lm.backend->snapshots(), runner.cache(), process);
 

@@ -213,6 +213,8 @@ void store_traffic(const kernels::StepStats& s, TrafficCounters& c) {
     c.submits.store(s.n_submits, r);
     c.waits.store(s.n_waits, r);
     c.dispatches.store(s.n_dispatches, r);
+    c.barriers.store(s.n_barriers, r);
+    c.recorded.store(s.n_recorded, r);
     c.upload_bytes.store(s.upload_bytes, r);
     c.download_bytes.store(s.download_bytes, r);
 }

@@ -40,6 +40,8 @@ struct TrafficCounters {
     std::atomic<uint64_t> submits{0};
     std::atomic<uint64_t> waits{0};
     std::atomic<uint64_t> dispatches{0};
+    std::atomic<uint64_t> barriers{0};
+    std::atomic<uint64_t> recorded{0};
     std::atomic<uint64_t> upload_bytes{0};
     std::atomic<uint64_t> download_bytes{0};
 };

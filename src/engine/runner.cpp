@@ -19,12 +19,12 @@ EngineConfig on_device(EngineConfig c, kernels::Backend& backend, const Model& m
     return c;
 }
 
-// The kernels' scratch in an arena at `base` laid out by `a`.
-kernels::Workspace workspace_of(kernels::DevPtr base, const ActivationLayout& a) {
+// The kernels' scratch in an arena laid out by `a`.
+kernels::Workspace workspace_of(const kernels::SplitBuffer& arena, const ActivationLayout& a) {
     kernels::Workspace ws;
-    ws.acts_q = base + a.acts_q.offset;
+    ws.acts_q = arena.at(a.acts_q.offset);
     ws.acts_q_bytes = a.acts_q.size_bytes;
-    ws.thread_scratch = base + a.thread_scratch.offset;
+    ws.thread_scratch = arena.at(a.thread_scratch.offset);
     ws.scratch_per_thread_bytes = a.scratch_per_thread_bytes;
     return ws;
 }
@@ -54,28 +54,30 @@ Runner::Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& o
     const ActivationLayout& a = plan_.activations;
     cache_ =
         std::make_unique<KvCache>(plan_, model.hparams(), options.prefix_caching, backend_, cpu_);
-    arena_ = kernels::DeviceBuffer(backend_, Term::Activations, a.device_bytes, "activation arena");
+    arena_ = kernels::SplitBuffer(backend_, Term::Activations, a.device_ends(), "activation arena");
     // Host staging but the logits readback, which a GPU backend takes itself.
     staging_ = Region(a.logits_host.offset, "activation staging");
     backend_.host_ledger().reserve(Term::Activations, a.logits_host.offset);
-    buffers_ = carve(arena_.ptr(), a);
-    kernels::Workspace ws = workspace_of(arena_.ptr(), a);
+    buffers_ = carve(arena_, a);
+    kernels::Workspace ws = workspace_of(arena_, a);
     if (cpu_) {
         HR_CHECK_MSG(cpu_->is_host(), "a split model's first layers run on the host");
         const ActivationLayout& h = plan_.host_activations;
-        cpu_arena_ = kernels::DeviceBuffer(*cpu_, Term::Activations, h.device_bytes,
-                                           "activation arena (CPU layers)");
-        cpu_buffers_ = carve(cpu_arena_.ptr(), h);
-        cpu_->set_workspace(workspace_of(cpu_arena_.ptr(), h));
+        cpu_arena_ = kernels::SplitBuffer(*cpu_, Term::Activations, h.device_ends(),
+                                          "activation arena (CPU layers)");
+        cpu_buffers_ = carve(cpu_arena_, h);
+        cpu_->set_workspace(workspace_of(cpu_arena_, h));
         cpu_->set_act_precision(options.act_precision);
     }
     // The step view, in the runtime term with the block tables it copies.
     const RuntimeBreakdown& rt = plan_.runtime;
     step_host_ = Region(rt.step_view_bytes, "step view");
     step_words_ = {reinterpret_cast<uint32_t*>(step_host_.data()), rt.step_view_bytes / 4};
+    ws.kv_dtype = plan_.config.kv_dtype;
     if (!backend_.is_host()) {
         step_device_ =
-            kernels::DeviceBuffer(backend_, Term::Runtime, rt.step_view_device_bytes, "step view");
+            kernels::DeviceBuffer(backend_, backend_.allocate_step_view(rt.step_view_device_bytes),
+                                  rt.step_view_device_bytes);
         ws.step_view = step_device_.ptr();
         ws.step_view_bytes = rt.step_view_device_bytes;
         ws.logits_host_bytes = a.logits_host.size_bytes;
@@ -92,10 +94,11 @@ Runner::Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& o
     if (!backend_.is_host()) ledger().allocate(Term::Runtime, rt.step_view_device_bytes);
 }
 
-ForwardBuffers Runner::carve(kernels::DevPtr p, const ActivationLayout& a) const {
-    return {p + a.x.offset,      p + a.xb.offset,     p + a.q.offset,     p + a.k.offset,
-            p + a.v.offset,      p + a.attn.offset,   p + a.gate.offset,  p + a.up.offset,
-            p + a.logits.offset, p + a.router.offset, p + a.route.offset, p + a.moe_x.offset};
+ForwardBuffers Runner::carve(const kernels::SplitBuffer& p, const ActivationLayout& a) const {
+    return {p.at(a.x.offset),      p.at(a.xb.offset),    p.at(a.q.offset),
+            p.at(a.k.offset),      p.at(a.v.offset),     p.at(a.attn.offset),
+            p.at(a.gate.offset),   p.at(a.up.offset),    p.at(a.logits.offset),
+            p.at(a.router.offset), p.at(a.route.offset), p.at(a.moe_x.offset)};
 }
 
 uint64_t Runner::host_runtime_bytes() const {

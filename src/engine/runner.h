@@ -63,17 +63,17 @@ class Runner {
 
   private:
     uint64_t host_runtime_bytes() const;
-    ForwardBuffers carve(kernels::DevPtr arena, const ActivationLayout& a) const;
+    ForwardBuffers carve(const kernels::SplitBuffer& arena, const ActivationLayout& a) const;
 
     const Model& model_;
     MemoryPlan plan_;
     kernels::Backend& backend_;
     kernels::Backend* cpu_ = nullptr;  // a split's CPU part, else null
     std::unique_ptr<KvCache> cache_;
-    kernels::DeviceBuffer arena_;  // the device part
-    Region staging_;               // host staging
+    kernels::SplitBuffer arena_;  // the device part
+    Region staging_;              // host staging
     ForwardBuffers buffers_;
-    kernels::DeviceBuffer cpu_arena_;  // a split's CPU part
+    kernels::SplitBuffer cpu_arena_;  // a split's CPU part
     ForwardBuffers cpu_buffers_;
     float* sampler_scratch_ = nullptr;
     Region step_host_;                   // room for the largest step view

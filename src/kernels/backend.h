@@ -139,6 +139,9 @@ struct Workspace {
     DevPtr step_view;
     uint64_t step_view_bytes = 0;
     uint64_t logits_host_bytes = 0;
+    // The KV dtype the steps store and read (a GPU builds its pipelines for
+    // it before the first step).
+    KvDtype kv_dtype = KvDtype::F16;
 };
 
 // What crossed between host and device in a step, and how often the host
@@ -147,8 +150,16 @@ struct StepStats {
     uint64_t n_submits = 0;
     uint64_t n_waits = 0;
     uint64_t n_dispatches = 0;
+    uint64_t n_barriers = 0;  // between dispatches (a GPU: only where one reads what one wrote)
+    uint64_t n_recorded = 0;  // command buffers recorded (0: a recorded one was submitted again)
     uint64_t upload_bytes = 0;
     uint64_t download_bytes = 0;
+};
+
+// A device's allocations: how many it holds, and the largest of them.
+struct AllocationCount {
+    uint64_t count = 0;
+    uint64_t largest_bytes = 0;
 };
 
 class Backend {
@@ -173,6 +184,12 @@ class Backend {
     // for the CPU, whose memory is the host's).
     virtual StepStats last_step() const { return {}; }
     virtual StepStats totals() const { return {}; }
+    // The most one allocation of device memory may take (a GPU driver's
+    // limit): the KV regions and the activation arena are taken in pieces
+    // no larger (SplitBuffer). Unlimited for the host.
+    virtual uint64_t max_allocation_bytes() const { return UINT64_MAX; }
+    // The device memory allocations held now: how many, and the largest.
+    virtual AllocationCount allocations() const { return {}; }
     // Every ledger this backend counts in: its device's, then the host's if
     // that is another one.
     std::vector<const Ledger*> ledgers() {
@@ -193,6 +210,11 @@ class Backend {
     // headroom::Error naming `what`, the size and what the device has left if
     // it cannot be had.
     virtual DevPtr allocate(Term term, uint64_t bytes, const char* what) = 0;
+    // The device's copy of the step view (runtime term): a GPU takes it where
+    // the host can write it in place (host-visible device memory) if it has such.
+    virtual DevPtr allocate_step_view(uint64_t bytes) {
+        return allocate(Term::Runtime, bytes, "step view");
+    }
     // Gives an allocation back, and its reservation. Null is ignored.
     virtual void release(DevPtr buffer) = 0;
     virtual void upload(DevPtr dst, const void* src, uint64_t bytes) = 0;
@@ -309,6 +331,9 @@ class DeviceBuffer {
     DeviceBuffer() = default;
     DeviceBuffer(Backend& backend, Term term, uint64_t bytes, const char* what)
         : backend_(&backend), ptr_(backend.allocate(term, bytes, what)), size_bytes_(bytes) {}
+    // Takes over an allocation the backend made.
+    DeviceBuffer(Backend& backend, DevPtr ptr, uint64_t bytes)
+        : backend_(&backend), ptr_(ptr), size_bytes_(bytes) {}
     ~DeviceBuffer() {
         if (backend_) backend_->release(ptr_);
     }
@@ -335,6 +360,38 @@ class DeviceBuffer {
   private:
     Backend* backend_ = nullptr;
     DevPtr ptr_;
+    uint64_t size_bytes_ = 0;
+};
+
+// Device memory taken as pieces of at most backend.max_allocation_bytes(),
+// cut only between units (KV blocks, arena buffers) so that every unit is
+// whole in one piece. The pieces add up to exactly the bytes asked: a
+// region's split changes what the device allocates at once, never what it
+// holds. A unit larger than the limit is a piece of its own, which the
+// backend refuses if the device cannot allocate it.
+class SplitBuffer {
+  public:
+    SplitBuffer() = default;
+    // n_units units of unit_bytes each (a KV region: blocks).
+    SplitBuffer(Backend& backend, Term term, uint64_t n_units, uint64_t unit_bytes,
+                const char* what);
+    // Units that end at `ends` (ascending byte offsets; the last is the size):
+    // an arena of buffers.
+    SplitBuffer(Backend& backend, Term term, std::span<const uint64_t> ends, const char* what);
+
+    // Where byte `offset` of the whole is (a unit's start).
+    DevPtr at(uint64_t offset) const;
+    std::vector<DevPtr> pieces() const;
+    // Units per piece, with the uniform constructor (the last may hold fewer).
+    uint64_t units_per_piece() const { return units_per_piece_; }
+    uint64_t size_bytes() const { return size_bytes_; }
+
+  private:
+    void take(Backend& backend, Term term, uint64_t offset, uint64_t bytes, const char* what);
+
+    std::vector<uint64_t> starts_;  // per piece, its offset in the whole
+    std::vector<DeviceBuffer> buffers_;
+    uint64_t units_per_piece_ = 0;
     uint64_t size_bytes_ = 0;
 };
 

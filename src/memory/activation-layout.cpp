@@ -19,6 +19,16 @@ uint64_t align_up(uint64_t n) {
 
 }  // namespace
 
+std::vector<uint64_t> ActivationLayout::device_ends() const {
+    std::vector<uint64_t> ends;
+    for (const ArenaBuffer* b : {&x, &xb, &q, &k, &v, &attn, &gate, &up, &router, &route, &moe_x,
+                                 &acts_q, &logits, &thread_scratch})
+        ends.push_back(
+            std::max(ends.empty() ? 0 : ends.back(), align_up(b->offset + b->size_bytes)));
+    ends.push_back(device_bytes);
+    return ends;
+}
+
 ActivationLayout plan_activations(const HParams& hp, uint32_t n_tokens, uint32_t n_logit_rows,
                                   uint32_t n_threads, bool host_device) {
     ActivationLayout a;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "model/hparams.h"
 
@@ -44,6 +45,11 @@ struct ActivationLayout {
     ArenaBuffer thread_scratch;  // n_threads × scratch_per_thread_bytes
     uint64_t scratch_per_thread_bytes = 0;
     uint64_t device_bytes = 0;  // the buffers above
+
+    // Where each buffer of the device part ends, its alignment included, in
+    // order; the last is device_bytes. A device that takes the arena in
+    // pieces cuts it only there.
+    std::vector<uint64_t> device_ends() const;
     // Host staging; offsets from its start.
     ArenaBuffer sampler;      // (n_vocab) × (prob, index, mark, raw logit) for sampling
     ArenaBuffer logits_host;  // (n_logit_rows, n_vocab), a GPU's readback (its own allocation)

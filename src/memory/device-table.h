@@ -32,6 +32,8 @@ struct Device {
     // headroom's own Vulkan backend on device N (--device vulkan:N): the plan
     // is what it allocates, on "gpu<N>" and the host.
     std::optional<uint32_t> vulkan_index;
+    // The most one allocation may take there (a Vulkan driver's limit); 0: none.
+    uint64_t max_allocation_bytes = 0;
 };
 
 // Case-insensitive, ignoring spaces, dashes and underscores ("RTX 4090",

@@ -42,7 +42,7 @@ KvCache::KvCache(const MemoryPlan& plan, const HParams& hp, bool enable_prefix_c
         kernels::Backend* b = gp.on_host ? host : &backend;
         HR_CHECK_MSG(b, "a plan with layers on the host needs the host's backend");
         backend_of_group_.push_back(b);
-        regions_.emplace_back(*b, Term::KvCache, gp.n_blocks * gp.block_bytes,
+        regions_.emplace_back(*b, Term::KvCache, gp.n_blocks, gp.block_bytes,
                               gp.on_host ? "KV cache (host layers)" : "KV cache");
         if (!gp.on_host) device_bytes += gp.n_blocks * gp.block_bytes;
         if (gp.kind == AttentionKind::Latent)
@@ -54,7 +54,8 @@ KvCache::KvCache(const MemoryPlan& plan, const HParams& hp, bool enable_prefix_c
             l.group_of_layer[gp.layers[i]] = static_cast<uint32_t>(g);
             l.index_in_group[gp.layers[i]] = i;
         }
-        l.group_base.push_back(regions_.back().ptr());
+        l.group_pieces.push_back(regions_.back().pieces());
+        l.group_piece_blocks.push_back(static_cast<uint32_t>(regions_.back().units_per_piece()));
         l.group_block_bytes.push_back(gp.block_bytes);
         pools_.push_back(std::make_unique<KvBlockPool>(static_cast<uint32_t>(gp.n_blocks),
                                                        block_size_, gp.block_bytes));
@@ -172,10 +173,10 @@ bool KvCache::grow(SeqKv& seq, uint32_t n_new) {
             // Copy on write: the shared partial block stays with the others.
             const int32_t copy = pools_[g]->allocate();
             HR_CHECK(copy >= 0);
-            const uint64_t bb = layout_.group_block_bytes[g];
-            const kernels::DevPtr base = layout_.group_base[g];
-            backend_of_group_[g]->copy_block(base + static_cast<uint64_t>(copy) * bb,
-                                             base + static_cast<uint64_t>(table.back()) * bb, bb);
+            backend_of_group_[g]->copy_block(
+                layout_.block_at(static_cast<uint32_t>(g), copy),
+                layout_.block_at(static_cast<uint32_t>(g), table.back()),
+                layout_.group_block_bytes[g]);
             pools_[g]->release(table.back());
             table.back() = copy;
         }

@@ -1,8 +1,9 @@
 // The KV cache: one block pool per layer group (full-attention layers,
 // sliding-window layers), whose blocks live in one region of the backend's
-// memory, plus each sequence's block tables. This is KV *ownership*; how a
-// block is addressed is the layout (kernels/kv-layout.h), which the backend's
-// kernels read with a step's view of the tables. The scheduler asks
+// memory (in pieces of whole blocks where the device limits allocations),
+// plus each sequence's block tables. This is KV *ownership*; how a block is
+// addressed is the layout (kernels/kv-layout.h), which the backend's kernels
+// read with a step's view of the tables. The scheduler asks
 // can_grow()/grow() before it schedules tokens; the engine frees a
 // sequence's blocks when it finishes or is preempted.
 //
@@ -136,7 +137,7 @@ class KvCache {
     uint32_t max_blocks_per_table_;  // table entries of a max_model_len sequence
     bool prefix_caching_;
     std::vector<kernels::Backend*> backend_of_group_;
-    std::vector<kernels::DeviceBuffer> regions_;  // per group
+    std::vector<kernels::SplitBuffer> regions_;  // per group
     kernels::KvLayout layout_;
     std::vector<std::unique_ptr<KvBlockPool>> pools_;
     PrefixCacheStats prefix_stats_;

@@ -204,6 +204,7 @@ BudgetSpec budget_for(const Device& device, const PlanSettings& s) {
     b.device_context_bytes = device.vulkan_index ? kernels::kVulkanContextBytes
                              : device.gpu        ? kCudaContextBytes
                                                  : 0;
+    b.max_allocation_bytes = device.max_allocation_bytes;
     // A GPU of this machine: a split's CPU part is in its memory, as run budgets it.
     if (device.vulkan_index) b.host_bytes = detect_host_memory().total_bytes;
     return b;

@@ -69,6 +69,8 @@ nlohmann::json traffic_json(const BackendTraffic& t) {
         return nlohmann::json{{"submits", s.n_submits},
                               {"waits", s.n_waits},
                               {"dispatches", s.n_dispatches},
+                              {"barriers", s.n_barriers},
+                              {"recorded", s.n_recorded},
                               {"upload_bytes", s.upload_bytes},
                               {"download_bytes", s.download_bytes}};
     };
@@ -82,11 +84,22 @@ std::string traffic_line(const BackendTraffic& t) {
     if (t.totals.n_submits == 0) return "";
     const auto& s = t.last_step;
     return fmt::format(
-        "  {}: the last of {} steps was {} submission and {} wait ({} dispatches), {} up and {} "
-        "down; {} up and {} down in all (the weights' upload included)\n",
-        t.name, t.n_steps, s.n_submits, s.n_waits, s.n_dispatches, format_bytes(s.upload_bytes),
+        "  {}: the last of {} steps was {} submission and {} wait ({} dispatches, {} barriers, "
+        "{}), {} up and {} down; {} up and {} down in all (the weights' upload included); {} of "
+        "the steps recorded their commands, the others submitted recorded ones again\n",
+        t.name, t.n_steps, s.n_submits, s.n_waits, s.n_dispatches, s.n_barriers,
+        s.n_recorded ? "recorded" : "submitted again", format_bytes(s.upload_bytes),
         format_bytes(s.download_bytes), format_bytes(t.totals.upload_bytes),
-        format_bytes(t.totals.download_bytes));
+        format_bytes(t.totals.download_bytes), t.totals.n_recorded);
+}
+
+void add_allocations(nlohmann::json& report, kernels::Backend& backend) {
+    auto& d = report["devices"][backend.ledger().device()];
+    const kernels::AllocationCount c = backend.allocations();
+    d["allocations"] = c.count;
+    d["largest_allocation_bytes"] = c.largest_bytes;
+    if (backend.max_allocation_bytes() != UINT64_MAX)
+        d["max_allocation_bytes"] = backend.max_allocation_bytes();
 }
 
 LedgerSnapshot sum_ledgers(std::span<const LedgerSnapshot> ledgers) {

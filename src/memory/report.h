@@ -46,6 +46,11 @@ nlohmann::json traffic_json(const BackendTraffic& t);
 // One line for the table ("" on the CPU, which moves nothing).
 std::string traffic_line(const BackendTraffic& t);
 
+// The backend's allocations in its device's entry of a memory report
+// ("allocations", "largest_allocation_bytes"), and its limit on one
+// ("max_allocation_bytes", where it has one).
+void add_allocations(nlohmann::json& report, kernels::Backend& backend);
+
 // The terms of several snapshots added up (the whole process).
 LedgerSnapshot sum_ledgers(std::span<const LedgerSnapshot> ledgers);
 

@@ -184,13 +184,19 @@ LayerPlacement place_layers(const ModelDesc& model, const EngineConfig& config,
         const DeviceTerms d = one.device_terms()[0];
         out.on_gpu = false;
         out.n_cpu_layers = n_layer;
-        out.note = fmt::format(
-            "not even one of the model's {} layers fits {}: with one layer it holds {} of weights, "
-            "{} of activations and runtime and needs {} of KV for a sequence of {} tokens, but its "
-            "budget is {}: running every layer on the CPU",
-            n_layer, device, format_bytes(d.weights_bytes),
-            format_bytes(d.activations_bytes + d.runtime_bytes), format_bytes(one.kv_bytes_per_seq),
-            len, format_bytes(device_budget));
+        if (one.allocation_short)
+            out.note = fmt::format(
+                "no layer of the model can run on {}: {}; running every layer "
+                "on the CPU",
+                device, one.refusal);
+        else
+            out.note = fmt::format(
+                "not even one of the model's {} layers fits {}: with one layer it holds {} of "
+                "weights, {} of activations and runtime and needs {} of KV for a sequence of {} "
+                "tokens, but its budget is {}: running every layer on the CPU",
+                n_layer, device, format_bytes(d.weights_bytes),
+                format_bytes(d.activations_bytes + d.runtime_bytes),
+                format_bytes(one.kv_bytes_per_seq), len, format_bytes(device_budget));
         return out;
     }
     uint32_t lo = 1, hi = n_layer - 1;  // fits(lo), and the answer is at most hi
@@ -679,6 +685,36 @@ std::string refusal_for(MemoryPlan& p, const HParams& hp, const BudgetSpec& budg
     return fix_text.empty() ? msg : msg + ": " + fix_text;
 }
 
+// 9. A device that limits one allocation takes the KV regions in pieces of
+// whole blocks and the arena in pieces of whole buffers (kernels::SplitBuffer,
+// the same rule): no term changes, but a block or a buffer larger than the
+// limit cannot be had. Returns the refusal, or "".
+std::string count_allocations(MemoryPlan& p, const BudgetSpec& budget) {
+    const uint64_t limit = budget.max_allocation_bytes;
+    p.kv_allocations = 0;
+    uint64_t largest_block = 0;
+    for (const auto& g : device_groups_of(p)) {
+        const uint64_t per = limit ? std::max<uint64_t>(limit / g.block_bytes, 1) : g.n_blocks;
+        p.kv_allocations += std::max<uint64_t>(div_ceil(g.n_blocks, std::max<uint64_t>(per, 1)), 1);
+        largest_block = std::max(largest_block, g.block_bytes);
+    }
+    if (!limit || p.config.device == "host") return "";
+    if (largest_block > limit)
+        return fmt::format(
+            "a KV block takes {} but {} allocates at most {} at once: a smaller --block-size",
+            format_bytes(largest_block), p.config.device, format_bytes(limit));
+    const std::vector<uint64_t> ends = p.activations.device_ends();
+    uint64_t largest_buffer = 0;
+    for (size_t i = 0; i < ends.size(); ++i)
+        largest_buffer = std::max(largest_buffer, ends[i] - (i ? ends[i - 1] : 0));
+    if (largest_buffer > limit)
+        return fmt::format(
+            "the largest activation buffer takes {} but {} allocates at most {} at once: a "
+            "smaller --max-num-batched-tokens",
+            format_bytes(largest_buffer), p.config.device, format_bytes(limit));
+    return "";
+}
+
 }  // namespace
 
 MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
@@ -714,6 +750,11 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
         return p;
     }
     if (!p.fits) p.refusal = refusal_for(p, model.hp, budget, fixed_bytes);
+    if (std::string why = count_allocations(p, budget); !why.empty() && p.fits) {
+        p.fits = false;
+        p.allocation_short = true;
+        p.refusal = why;
+    }
     return p;
 }
 

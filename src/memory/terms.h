@@ -119,6 +119,11 @@ struct BudgetSpec {
     // A split's host share (the CPU layers' weights, KV and arena) must fit
     // this × mem_fraction of host memory; 0: not checked.
     uint64_t host_bytes = 0;
+    // The most one allocation may take on the device (a Vulkan driver's
+    // limit); 0: none. The KV regions and the arena are taken in pieces no
+    // larger (kernels::SplitBuffer), so this changes no term's bytes; a KV
+    // block or an activation buffer larger than it does not fit.
+    uint64_t max_allocation_bytes = 0;
 };
 
 // Layers whose KV shares one block geometry and one pool region.
@@ -199,10 +204,15 @@ struct MemoryPlan {
     ActivationLayout host_activations;  // their arena (its device part)
     bool split() const { return config.n_cpu_layers > 0 && config.device != "host"; }
 
-    bool fits = false;        // the pool holds one sequence of max_model_len
-    bool host_short = false;  // !fits because a split's host share exceeds host memory
-    std::string refusal;      // when !fits: the numbers and each fix with its effect
-    uint32_t fit_len = 0;     // when !fits: the longest context that would (whole blocks), or 0
+    // Allocations the device's KV groups take: one per group, or the pieces
+    // of whole blocks a device's limit on one allocation cuts them into.
+    uint64_t kv_allocations = 0;
+
+    bool fits = false;              // the pool holds one sequence of max_model_len
+    bool host_short = false;        // !fits because a split's host share exceeds host memory
+    bool allocation_short = false;  // !fits because a block or buffer exceeds one allocation
+    std::string refusal;            // when !fits: the numbers and each fix with its effect
+    uint32_t fit_len = 0;  // when !fits: the longest context that would (whole blocks), or 0
     uint32_t max_num_seqs_at_max_model_len = 0;
     uint32_t max_model_len_at_max_num_seqs = 0;
 

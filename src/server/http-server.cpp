@@ -222,8 +222,9 @@ json HttpServer::Impl::memory_json(const ServedModel& m) const {
         }
     }
     auto traffic = [](const TrafficCounters& c) {
-        return kernels::StepStats{c.submits.load(), c.waits.load(), c.dispatches.load(),
-                                  c.upload_bytes.load(), c.download_bytes.load()};
+        return kernels::StepStats{c.submits.load(),       c.waits.load(),    c.dispatches.load(),
+                                  c.barriers.load(),      c.recorded.load(), c.upload_bytes.load(),
+                                  c.download_bytes.load()};
     };
     j["backend"] = traffic_json(
         {m.backend, traffic(em.last_step), traffic(em.step_totals), em.n_steps.load()});

@@ -8,11 +8,17 @@
 // roundoff of f32). Reported skipped where this machine has no Vulkan device.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <random>
 
+#include "core/error.h"
+#include "core/units.h"
 #include "engine/batch.h"
 #include "engine/runner.h"
 #include "format/gguf-reader.h"
@@ -43,7 +49,11 @@ struct Gpu {
         o.device_memory_bytes = 1ull << 30;
         o.mem_fraction = 1.0;
         be = std::make_unique<VulkanBackend>(host, o);
-        step_view = be->allocate(Term::Runtime, 1 << 20, "test step view");
+        step_view = be->allocate_step_view(1 << 20);
+        set_workspace();
+    }
+    // The tests' workspace (again after a test's Runner set its own).
+    void set_workspace() {
         Workspace ws;
         ws.step_view = step_view;
         ws.step_view_bytes = 1 << 20;
@@ -355,6 +365,72 @@ TEST(VulkanOps, RopeMatchesTheReferenceAtLongPositions) {
             }
 }
 
+// Ops the backend runs in one dispatch where they follow each other in a
+// step give the bits each gives alone: matrices of one type reading the same
+// input (q, k, v), rope of q then k, and a residual add then the next norm.
+// The counts are the step's dispatches: 1 where they fuse; 2 for matrices
+// of two types.
+TEST(VulkanOps, FusedDispatchesGiveTheBitsOfEachOpAlone) {
+    HR_REQUIRE_VULKAN();
+    const int64_t n_cols = 256, T = 3;
+    const auto x = random_vec(static_cast<size_t>(T * n_cols), 31);
+    auto same = [](const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i)
+            ASSERT_TRUE(same_bits(a[i], b[i])) << what << " element " << i;
+    };
+    for (const TensorType v_type : {TensorType::Q4_0, TensorType::Q6_K}) {
+        const Mat q(TensorType::Q4_0, 64, n_cols, 32), k(TensorType::Q4_0, 32, n_cols, 33),
+            v(v_type, 48, n_cols, 34);
+        Buf xb(x), qb(T * 64), kb(T * 32), vb(T * 48);
+        const Weight* ws[] = {&q.w, &k.w, &v.w};
+        const DevPtr ys[] = {qb.p, kb.p, vb.p};
+        step({}, [&](Backend& be) { be.matmul(ws, xb.p, T, ys); });
+        EXPECT_EQ(gpu().be->last_step().n_dispatches, v_type == TensorType::Q4_0 ? 1u : 2u);
+        const std::vector<float> together[] = {qb.get(), kb.get(), vb.get()};
+        for (size_t i = 0; i < 3; ++i) {
+            Buf alone(together[i].size());
+            const Weight* w1[] = {ws[i]};
+            const DevPtr y1[] = {alone.p};
+            step({}, [&](Backend& be) { be.matmul(w1, xb.p, T, y1); });
+            same(together[i], alone.get(), "matmul");
+        }
+    }
+    {
+        const std::vector<uint32_t> positions = {5, 700, 4099};
+        const Ids view(positions, positions);
+        RopeArgs rq{4, 64, 64, 10000.0f, 1.0f, nullptr, RopeMode::NeoX};
+        RopeArgs rk = rq;
+        rk.n_head = 2;
+        const auto qv = random_vec(T * 4 * 64, 35), kv = random_vec(T * 2 * 64, 36);
+        Buf q2(qv), k2(kv), q1(qv), k1(kv);
+        step(view.view, [&](Backend& be) {
+            be.rope(q2.p, view.view, rq, {});
+            be.rope(k2.p, view.view, rk, {});
+        });
+        EXPECT_EQ(gpu().be->last_step().n_dispatches, 1u);
+        step(view.view, [&](Backend& be) { be.rope(q1.p, view.view, rq, {}); });
+        step(view.view, [&](Backend& be) { be.rope(k1.p, view.view, rk, {}); });
+        same(q2.get(), q1.get(), "rope q");
+        same(k2.get(), k1.get(), "rope k");
+    }
+    {
+        const auto yv = random_vec(static_cast<size_t>(T * n_cols), 37);
+        const Weight w = upload_vector(random_vec(n_cols, 38));
+        Buf x2(x), y2(yv), x1(x), y1(yv), out2(T * n_cols), out1(T * n_cols);
+        step({}, [&](Backend& be) {
+            be.add(x2.p, y2.p, T * n_cols);
+            // out over the residual, as a layer does
+            be.rmsnorm(x2.p, w, 0.0f, 1e-6f, T, n_cols, y2.p);
+        });
+        EXPECT_EQ(gpu().be->last_step().n_dispatches, 1u);
+        step({}, [&](Backend& be) { be.add(x1.p, y1.p, T * n_cols); });
+        step({}, [&](Backend& be) { be.rmsnorm(x1.p, w, 0.0f, 1e-6f, T, n_cols, y1.p); });
+        same(x2.get(), x1.get(), "x after the add");
+        same(y2.get(), y1.get(), "the norm of x");
+    }
+}
+
 TEST(VulkanOps, GatherRowsAndCopyBlockAreExact) {
     HR_REQUIRE_VULKAN();
     const int64_t n_cols = 577;
@@ -411,8 +487,10 @@ struct KvFixture {
     std::vector<uint32_t> words = std::vector<uint32_t>(1 << 16);
     StepView view;
 
+    // `max_allocation`: the GPU's regions in pieces of at most that many
+    // bytes (0: the device's limit, one piece).
     KvFixture(const Shape& s, KvDtype dtype, const std::vector<uint32_t>& lens,
-              const std::vector<uint32_t>& n_new) {
+              const std::vector<uint32_t>& n_new, uint64_t max_allocation = 0) {
         const ModelDesc m = model_of(s);
         EngineConfig c;
         c.max_model_len = 512;
@@ -424,7 +502,12 @@ struct KvFixture {
         BudgetSpec b;
         b.kv_cache_bytes = 8ull << 20;
         plan = plan_memory(m, c, b);
-        gpu_cache = std::make_unique<KvCache>(plan, m.hp, false, *gpu().be);
+        {
+            const uint64_t device_limit = gpu().be->max_allocation_bytes();
+            if (max_allocation) gpu().be->limit_allocations(max_allocation);
+            gpu_cache = std::make_unique<KvCache>(plan, m.hp, false, *gpu().be);
+            gpu().be->limit_allocations(device_limit);
+        }
         cpu_cache = std::make_unique<KvCache>(plan, m.hp, false, cpu);
         seqs.resize(lens.size());
         cpu_seqs.resize(lens.size());
@@ -450,16 +533,26 @@ struct KvFixture {
         return make_step_view(all, *gpu_cache, w);
     }
 
-    // The GPU's KV regions, copied into the CPU cache's.
+    // The GPU's KV regions, piece by piece, copied into the CPU cache's
+    // (one piece each).
     void copy_to_cpu() {
         const KvLayout& l = gpu_cache->layout();
-        for (size_t g = 0; g < plan.kv_groups.size(); ++g)
-            gpu().be->download(cpu.host(cpu_cache->layout().group_base[g]), l.group_base[g],
-                               plan.kv_groups[g].n_blocks * plan.kv_groups[g].block_bytes);
+        for (uint32_t g = 0; g < plan.kv_groups.size(); ++g) {
+            uint8_t* to = cpu.host(cpu_cache->layout().group_pieces[g][0]);
+            const uint64_t n_blocks = plan.kv_groups[g].n_blocks;
+            const uint64_t per_piece = l.group_piece_blocks[g];
+            for (uint64_t i = 0; i < l.group_pieces[g].size(); ++i) {
+                const uint64_t first = i * per_piece;
+                const uint64_t n = std::min(per_piece, n_blocks - first);
+                gpu().be->download(to + first * l.group_block_bytes[g], l.group_pieces[g][i],
+                                   n * l.group_block_bytes[g]);
+            }
+        }
     }
 };
 
-class VulkanKv : public ::testing::TestWithParam<std::tuple<KvDtype, int>> {};
+// (KV dtype, shape, the region in pieces of at most 256 KiB or in one)
+class VulkanKv : public ::testing::TestWithParam<std::tuple<KvDtype, int, bool>> {};
 
 const Shape kShapes[] = {
     {8, 2, 64, 16, 0},   // GQA 4:1
@@ -479,11 +572,18 @@ const Shape kShapes[] = {
 // max|v| of the reference.
 TEST_P(VulkanKv, StoreKvWritesTheReferenceBytesAndAttentionMatchesTheReference) {
     HR_REQUIRE_VULKAN();
-    const auto [dtype, shape_index] = GetParam();
+    const auto [dtype, shape_index, split] = GetParam();
     const Shape& s = kShapes[shape_index];
     // A prefill chunk continuing a prefix, a decode step deep in its context,
     // a prefill from position 0.
-    KvFixture f(s, dtype, {70, 131, 19}, {23, 1, 19});
+    KvFixture f(s, dtype, {70, 131, 19}, {23, 1, 19}, split ? 256 * KiB : 0);
+    if (split) {
+        const KvLayout& gl = f.gpu_cache->layout();
+        for (size_t g = 0; g < gl.group_pieces.size(); ++g) {
+            ASSERT_GT(gl.group_pieces[g].size(), 4u) << "group " << g << " is not split";
+            ASSERT_LE(gl.group_piece_blocks[g] * gl.group_block_bytes[g], 256 * KiB);
+        }
+    }
     Batch all;
     std::vector<uint32_t> all_words(1 << 16);
     const StepView all_view = f.all_positions(all, all_words);
@@ -495,28 +595,34 @@ TEST_P(VulkanKv, StoreKvWritesTheReferenceBytesAndAttentionMatchesTheReference) 
         step(all_view,
              [&](Backend& be) { be.store_kv(f.gpu_cache->layout(), layer, all_view, kb.p, vb.p); });
     f.copy_to_cpu();
-    // The CPU's store_row into a copy of each group's region for the same slots.
+    // The CPU's store_row of each row the step wrote, against the GPU's
+    // bytes there (only those: device memory is not cleared, so the other
+    // slots hold whatever was there before).
     const KvLayout& l = f.cpu_cache->layout();
-    std::vector<std::vector<uint8_t>> want;
-    for (const auto& gp : f.plan.kv_groups) want.emplace_back(gp.n_blocks * gp.block_bytes);
-    {
-        for (uint32_t layer = 0; layer < 2; ++layer)
-            for (uint32_t t = 0; t < T; ++t) {
-                const int32_t slot = all_view.slot(l.group_of_layer[layer], t);
-                const int32_t block = slot / static_cast<int32_t>(s.block_size);
-                const uint32_t r = static_cast<uint32_t>(slot) % s.block_size;
-                uint8_t* region = want[l.group_of_layer[layer]].data();
-                for (uint32_t h = 0; h < s.n_head_kv; ++h) {
-                    store_row(k.data() + (t * s.n_head_kv + h) * s.head_dim, s.head_dim, dtype,
-                              region + l.k_offset(layer, block, h) + r * l.k_row_bytes);
-                    store_row(v.data() + (t * s.n_head_kv + h) * s.head_dim, s.head_dim, dtype,
-                              region + l.v_offset(layer, block, h) + r * l.v_row_bytes);
-                }
+    std::vector<uint8_t> want(std::max(l.k_row_bytes, l.v_row_bytes));
+    for (uint32_t layer = 0; layer < 2; ++layer)
+        for (uint32_t t = 0; t < T; ++t) {
+            const int32_t slot = all_view.slot(l.group_of_layer[layer], t);
+            const int32_t block = slot / static_cast<int32_t>(s.block_size);
+            const uint32_t r = static_cast<uint32_t>(slot) % s.block_size;
+            const uint8_t* got = f.cpu.host(l.base_of_layer(layer));
+            for (uint32_t h = 0; h < s.n_head_kv; ++h) {
+                store_row(k.data() + (t * s.n_head_kv + h) * s.head_dim, s.head_dim, dtype,
+                          want.data());
+                ASSERT_EQ(std::memcmp(got + l.k_offset(layer, block, h) + r * l.k_row_bytes,
+                                      want.data(), l.k_row_bytes),
+                          0)
+                    << "store_kv's K bytes differ from store_row's: layer " << layer << " token "
+                    << t << " head " << h;
+                store_row(v.data() + (t * s.n_head_kv + h) * s.head_dim, s.head_dim, dtype,
+                          want.data());
+                ASSERT_EQ(std::memcmp(got + l.v_offset(layer, block, h) + r * l.v_row_bytes,
+                                      want.data(), l.v_row_bytes),
+                          0)
+                    << "store_kv's V bytes differ from store_row's: layer " << layer << " token "
+                    << t << " head " << h;
             }
-    }
-    for (size_t g = 0; g < want.size(); ++g)
-        ASSERT_EQ(std::memcmp(f.cpu.host(l.group_base[g]), want[g].data(), want[g].size()), 0)
-            << "store_kv's bytes differ from store_row's in group " << g;
+        }
 
     const uint32_t n_q = f.view.n_tokens;
     const auto q = random_vec(n_q * s.n_head * s.head_dim, 23, 2.0f);
@@ -574,10 +680,11 @@ TEST_P(VulkanKv, StoreKvWritesTheReferenceBytesAndAttentionMatchesTheReference) 
 INSTANTIATE_TEST_SUITE_P(Kv, VulkanKv,
                          ::testing::Combine(::testing::Values(KvDtype::F16, KvDtype::Q8_0,
                                                               KvDtype::BF16, KvDtype::F32),
-                                            ::testing::Range(0, 5)),
+                                            ::testing::Range(0, 5), ::testing::Bool()),
                          [](const auto& info) {
                              return std::string(name(std::get<0>(info.param))) + "_shape" +
-                                    std::to_string(std::get<1>(info.param));
+                                    std::to_string(std::get<1>(info.param)) +
+                                    (std::get<2>(info.param) ? "_split" : "");
                          });
 
 // ---- whole models ---------------------------------------------------------------
@@ -646,6 +753,9 @@ TEST_P(VulkanModel, LogitsMatchTheCpuF32Path) {
         for (auto& s : seqs) runner.cache().free(s);
         return out;
     };
+    struct Restore {  // the tests' workspace once the Runner is gone, however the test ends
+        ~Restore() { gpu().set_workspace(); }
+    } restore;
     const auto want = run(cpu, *cpu_model);
     const auto got = run(*gpu().be, *gpu_model);
     double worst = 0;
@@ -677,5 +787,170 @@ INSTANTIATE_TEST_SUITE_P(Shapes, VulkanModel,
                              return n;
                          });
 
+// ---- devices, allocations, pipelines ---------------------------------------------
+
+vk::DeviceInfo device_of(uint32_t index, const char* type, bool usable = true) {
+    vk::DeviceInfo d;
+    d.index = index;
+    d.name = fmt::format("device {}", index);
+    d.type = type;
+    if (!usable) d.missing = "shaderInt64";
+    return d;
+}
+
+// --device vulkan: a discrete GPU before an integrated one before a virtual
+// one, in the loader's order within a type, never a device that lacks a
+// feature, and a CPU-type device (lavapipe) only where nothing else can run,
+// with a note saying so.
+TEST(VulkanDevices, VulkanMeansTheFirstUsableGpuByTypeAndACpuOnlyWithANote) {
+    std::string note;
+    const std::vector<vk::DeviceInfo> mixed = {
+        device_of(0, "CPU"), device_of(1, "integrated GPU"), device_of(2, "discrete GPU", false),
+        device_of(3, "discrete GPU"), device_of(4, "discrete GPU")};
+    EXPECT_EQ(vk::best_device(mixed, &note), 3u);
+    EXPECT_EQ(note, "");
+    EXPECT_EQ(vk::best_device({device_of(0, "CPU"), device_of(1, "virtual GPU")}, &note), 1u);
+    EXPECT_EQ(vk::best_device({device_of(0, "CPU"), device_of(1, "integrated GPU"),
+                               device_of(2, "virtual GPU")},
+                              &note),
+              1u);
+    EXPECT_EQ(vk::best_device({device_of(0, "CPU", false), device_of(1, "CPU")}, &note), 1u);
+    EXPECT_NE(note.find("no Vulkan GPU here"), std::string::npos) << note;
+    EXPECT_NE(note.find("vulkan:1"), std::string::npos) << note;
+    EXPECT_EQ(vk::best_device({device_of(0, "discrete GPU", false)}, &note), std::nullopt);
+    EXPECT_EQ(vk::best_device({}, &note), std::nullopt);
+}
+
+// One allocation's limit: maxMemoryAllocationSize, or maxBufferSize where
+// lower, lowered by the option or by HEADROOM_VULKAN_MAX_ALLOCATION.
+TEST(VulkanDevices, TheAllocationLimitIsTheLowestOfTheDriversAndTheOptions) {
+    ::unsetenv("HEADROOM_VULKAN_MAX_ALLOCATION");
+    vk::DeviceInfo d = device_of(0, "discrete GPU");
+    d.max_allocation_bytes = 4ull << 30;
+    EXPECT_EQ(vk::allocation_limit(d), 4ull << 30);  // no maxBufferSize reported
+    d.max_buffer_bytes = 1ull << 40;
+    EXPECT_EQ(vk::allocation_limit(d), 4ull << 30);
+    d.max_buffer_bytes = 3ull << 30;
+    EXPECT_EQ(vk::allocation_limit(d), 3ull << 30);
+    EXPECT_EQ(vk::allocation_limit(d, 64 * MiB), 64 * MiB);
+    ::setenv("HEADROOM_VULKAN_MAX_ALLOCATION", "96MiB", 1);
+    EXPECT_EQ(vk::allocation_limit(d), 96 * MiB);
+    EXPECT_EQ(vk::allocation_limit(d, 64 * MiB), 64 * MiB);  // the option first
+    ::setenv("HEADROOM_VULKAN_MAX_ALLOCATION", "8GiB", 1);
+    EXPECT_EQ(vk::allocation_limit(d), 3ull << 30);  // never above the driver's
+    ::setenv("HEADROOM_VULKAN_MAX_ALLOCATION", "4096", 1);
+    EXPECT_THROW(vk::allocation_limit(d), Error);
+    ::setenv("HEADROOM_VULKAN_MAX_ALLOCATION", "lots", 1);
+    EXPECT_THROW(vk::allocation_limit(d), Error);
+    ::unsetenv("HEADROOM_VULKAN_MAX_ALLOCATION");
+}
+
+// A region in pieces of whole units (kernels::SplitBuffer), each piece the
+// longest run of units from its start within the limit. Units ending at 0
+// (empty), 100, 100 (empty), 300 and 500 bytes: under 512 bytes, one piece
+// [0, 500); under 256, [0, 100) (300 > 256), [100, 300) (500 - 100 > 256)
+// and [300, 500). 10 units of 100 bytes under 256: 5 pieces of 2 units. A
+// unit larger than the limit is refused, naming the region, and nothing of
+// the region is kept.
+TEST(VulkanAllocations, ARegionIsCutBetweenUnitsAndAUnitPastTheLimitIsRefused) {
+    HR_REQUIRE_VULKAN();
+    VulkanBackend& be = *gpu().be;
+    struct Restore {
+        VulkanBackend& be;
+        uint64_t limit;
+        ~Restore() { be.limit_allocations(limit); }
+    } restore{be, be.max_allocation_bytes()};
+    const std::vector<uint64_t> ends = {0, 100, 100, 300, 500};
+    const AllocationCount before = be.allocations();
+    be.limit_allocations(512);
+    {
+        SplitBuffer b(be, Term::Activations, ends, "test arena");
+        ASSERT_EQ(b.pieces().size(), 1u);
+        EXPECT_EQ(b.size_bytes(), 500u);
+        EXPECT_EQ(b.at(300), b.pieces()[0] + 300);
+        EXPECT_EQ(be.allocations().count, before.count + 1);
+    }
+    be.limit_allocations(256);
+    {
+        SplitBuffer b(be, Term::Activations, ends, "test arena");
+        const std::vector<DevPtr> p = b.pieces();
+        ASSERT_EQ(p.size(), 3u);
+        EXPECT_EQ(b.at(0), p[0]);
+        EXPECT_EQ(b.at(50), p[0] + 50);
+        EXPECT_EQ(b.at(100), p[1]);
+        EXPECT_EQ(b.at(299), p[1] + 199);
+        EXPECT_EQ(b.at(300), p[2]);
+        EXPECT_GE(be.allocations().largest_bytes, 200u);
+        EXPECT_EQ(be.allocations().count, before.count + 3);
+    }
+    {
+        SplitBuffer b(be, Term::KvCache, 10, 100, "test pool");
+        EXPECT_EQ(b.units_per_piece(), 2u);
+        ASSERT_EQ(b.pieces().size(), 5u);
+        EXPECT_EQ(b.at(900), b.pieces()[4] + 100);
+    }
+    const std::vector<uint64_t> too_wide = {100, 1000};
+    try {
+        SplitBuffer b(be, Term::Activations, too_wide, "test arena");
+        ADD_FAILURE() << "a 900-byte unit under a 256-byte limit was allocated";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("test arena"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("900 B"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(be.allocations().count, before.count);
+}
+
+// Pipelines are built before the first step (Workspace::kv_dtype and the
+// weight types the model uploaded), through a cache written to
+// $XDG_CACHE_HOME/headroom when the backend closes.
+TEST(VulkanPipelines, AreBuiltBeforeTheFirstStepAndKeptOnDisk) {
+    HR_REQUIRE_VULKAN();
+    char dir_template[] = "/tmp/headroom-cache-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir_template), nullptr);
+    const std::string dir = dir_template;
+    const char* old = std::getenv("XDG_CACHE_HOME");
+    const std::string saved = old ? old : "";
+    ::setenv("XDG_CACHE_HOME", dir.c_str(), 1);
+    SynthOptions so;
+    so.type = TensorType::Q4_K;
+    so.progress = false;
+    const auto bytes = make_synth_model(find_synth_shape("tiny"), so).to_bytes();
+    const auto file = gguf::GgufFile::parse(bytes, "synth.gguf");
+    std::string path;
+    {
+        Ledger host;
+        VulkanOptions o;
+        o.progress = false;
+        o.device_memory_bytes = 256ull << 20;
+        VulkanBackend be(host, o);
+        path = be.pipeline_cache_path();
+        EXPECT_EQ(path.rfind(dir + "/headroom/vulkan-", 0), 0u) << path;
+        const auto model = Model::load(file, be);
+        RunnerOptions ro;
+        ro.config.max_model_len = 64;
+        ro.config.max_num_seqs = 1;
+        ro.config.max_num_batched_tokens = 16;
+        ro.config.kv_dtype = KvDtype::BF16;
+        ro.budget.device_bytes = be.device_bytes();
+        ro.budget.device_context_bytes = be.device_context_bytes();
+        Runner runner(*model, describe_gguf(file), ro, be);
+        SeqKv seq;
+        ASSERT_TRUE(runner.cache().grow(seq, 3));
+        Batch batch;
+        const uint32_t si = batch.add_seq(&seq);
+        for (uint32_t t = 0; t < 3; ++t)
+            batch.add_token(static_cast<int32_t>(t + 5), t, si, t == 2);
+        runner.forward(batch);
+        EXPECT_EQ(be.pipelines_built_in_steps(), 0u);
+        runner.cache().free(seq);
+    }
+    std::error_code ec;
+    EXPECT_GT(std::filesystem::file_size(path, ec), 0u) << path << ": " << ec.message();
+    std::filesystem::remove_all(dir, ec);
+    if (old)
+        ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+    else
+        ::unsetenv("XDG_CACHE_HOME");
+}
 }  // namespace
 }  // namespace headroom::kernels

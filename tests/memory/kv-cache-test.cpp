@@ -191,7 +191,7 @@ TEST(KvCache, ForkSharesEveryBlockAndCopiesThePartialOneOnFirstWrite) {
     KvCache cache(plan_with_blocks(m, 16 * 1024), m.hp, true, cpu());
     SeqKv parent;
     ASSERT_TRUE(cache.grow(parent, 6));  // blocks of 4 tokens: one full, one with 2 of 4
-    uint8_t* region = cpu().host(cache.layout().group_base[0]);
+    uint8_t* region = cpu().host(cache.layout().group_pieces[0][0]);
     std::memset(region + parent.tables[0][1] * 1024, 0x5A, 1024);
     const uint32_t used_before = cache.pool(0).n_used();
     SeqKv child;

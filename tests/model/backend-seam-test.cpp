@@ -169,7 +169,8 @@ class CountingBackend final : public kernels::Backend {
     }
     static kernels::KvLayout in(const kernels::KvLayout& kv) {
         kernels::KvLayout l = kv;
-        for (auto& b : l.group_base) b = in(b);
+        for (auto& pieces : l.group_pieces)
+            for (auto& b : pieces) b = in(b);
         return l;
     }
 

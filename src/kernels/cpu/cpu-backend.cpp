@@ -151,6 +151,16 @@ DevPtr CpuBackend::allocate(Term term, uint64_t bytes, const char* what) {
     return {static_cast<uint32_t>(allocations_.size()), 0};
 }
 
+AllocationCount CpuBackend::allocations() const {
+    AllocationCount c;
+    for (const auto& a : allocations_)
+        if (a.live) {
+            ++c.count;
+            c.largest_bytes = std::max<uint64_t>(c.largest_bytes, a.region.size_bytes());
+        }
+    return c;
+}
+
 void CpuBackend::release(DevPtr buffer) {
     if (!buffer) return;
     Allocation& a = allocations_[buffer.buffer - 1];

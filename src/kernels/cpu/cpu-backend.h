@@ -50,6 +50,7 @@ class CpuBackend final : public Backend {
     Ledger& ledger() override { return host_ledger(); }
 
     DevPtr allocate(Term term, uint64_t bytes, const char* what) override;
+    AllocationCount allocations() const override;
     void release(DevPtr buffer) override;
     void upload(DevPtr dst, const void* src, uint64_t bytes) override;
     void download(void* dst, DevPtr src, uint64_t bytes) override;

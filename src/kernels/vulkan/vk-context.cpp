@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/units.h"
 
 namespace headroom::kernels::vk {
 
@@ -87,8 +88,15 @@ DeviceInfo describe(VkPhysicalDevice d, uint32_t index) {
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES);
     auto driver =
         make<VkPhysicalDeviceDriverProperties>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES);
+    auto m4 = make<VkPhysicalDeviceMaintenance4Properties>(
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_4_PROPERTIES);
     subgroup.pNext = &m3;
     m3.pNext = &driver;
+    VkPhysicalDeviceProperties basic;
+    vkGetPhysicalDeviceProperties(d, &basic);
+    const bool maintenance4 = VK_API_VERSION_MINOR(basic.apiVersion) >= 3 ||
+                              has_extension(d, VK_KHR_MAINTENANCE_4_EXTENSION_NAME);
+    if (maintenance4) driver.pNext = &m4;
     auto props = make<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2);
     props.pNext = &subgroup;
     vkGetPhysicalDeviceProperties2(d, &props);
@@ -97,9 +105,12 @@ DeviceInfo describe(VkPhysicalDevice d, uint32_t index) {
     info.type = type_name(p.deviceType);
     info.driver = fmt::format("{} ({})", driver.driverName, driver.driverInfo);
     info.api_version = p.apiVersion;
+    info.vendor_id = p.vendorID;
+    info.device_id = p.deviceID;
     info.subgroup_size = subgroup.subgroupSize;
     info.max_storage_buffer_range = p.limits.maxStorageBufferRange;
     info.max_allocation_bytes = m3.maxMemoryAllocationSize;
+    info.max_buffer_bytes = maintenance4 ? m4.maxBufferSize : 0;
     info.max_shared_memory_bytes = p.limits.maxComputeSharedMemorySize;
 
     const bool budget = has_extension(d, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
@@ -158,12 +169,43 @@ void check(VkResult r, const char* what) {
 }
 
 const HeapInfo& DeviceInfo::main_heap() const {
-    size_t best = 0;
-    for (size_t i = 0; i < heaps.size(); ++i)
+    return heaps[main_heap_index()];
+}
+
+uint32_t DeviceInfo::main_heap_index() const {
+    uint32_t best = 0;
+    for (uint32_t i = 0; i < heaps.size(); ++i)
         if (heaps[i].device_local &&
             (!heaps[best].device_local || heaps[i].size_bytes > heaps[best].size_bytes))
             best = i;
-    return heaps[best];
+    return best;
+}
+
+uint64_t allocation_limit(const DeviceInfo& info, uint64_t lower) {
+    uint64_t limit = info.max_allocation_bytes;
+    if (info.max_buffer_bytes) limit = std::min(limit, info.max_buffer_bytes);
+    if (const char* e = std::getenv("HEADROOM_VULKAN_MAX_ALLOCATION"); !lower && e && *e) {
+        lower = parse_bytes_or_throw(e, "HEADROOM_VULKAN_MAX_ALLOCATION");
+        if (lower < MiB)
+            fail("HEADROOM_VULKAN_MAX_ALLOCATION={}: at least 1 MiB", format_bytes(lower));
+    }
+    return lower ? std::min(limit, lower) : limit;
+}
+
+std::optional<uint32_t> best_device(const std::vector<DeviceInfo>& devices, std::string* note) {
+    for (const char* type : {"discrete GPU", "integrated GPU", "virtual GPU", "other"})
+        for (const auto& d : devices)
+            if (d.missing.empty() && d.type == type) return d.index;
+    for (const auto& d : devices)
+        if (d.missing.empty()) {
+            if (note)
+                *note = fmt::format(
+                    "no Vulkan GPU here: --device vulkan runs on vulkan:{} {}, a {} device, "
+                    "whose shaders run as CPU code",
+                    d.index, d.name, d.type);
+            return d.index;
+        }
+    return std::nullopt;
 }
 
 std::vector<DeviceInfo> list_devices(std::string* why) {
@@ -279,6 +321,20 @@ uint32_t Context::memory_type(uint32_t type_bits, VkMemoryPropertyFlags required
             if ((type_bits & (1u << i)) && (memory_.memoryTypes[i].propertyFlags & want) == want)
                 return i;
     fail("{}: no memory type with the properties {:#x}", info_.name, required);
+}
+
+uint32_t Context::device_memory_type(uint32_t type_bits, bool mappable) const {
+    const uint32_t heap = info_.main_heap_index();
+    constexpr VkMemoryPropertyFlags kMapped =
+        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    for (const VkMemoryPropertyFlags want :
+         {VkMemoryPropertyFlags(VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | (mappable ? kMapped : 0)),
+          VkMemoryPropertyFlags(VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)})
+        for (uint32_t i = 0; i < memory_.memoryTypeCount; ++i)
+            if ((type_bits & (1u << i)) && memory_.memoryTypes[i].heapIndex == heap &&
+                (memory_.memoryTypes[i].propertyFlags & want) == want)
+                return i;
+    return memory_type(type_bits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
 }
 
 std::optional<uint64_t> Context::heap_budget(uint32_t heap) const {

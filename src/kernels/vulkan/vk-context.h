@@ -30,17 +30,39 @@ struct DeviceInfo {
     std::string type;    // "discrete GPU", "integrated GPU", "virtual GPU", "CPU", "other"
     std::string driver;  // driver name and version text
     uint32_t api_version = 0;
+    uint32_t vendor_id = 0;
+    uint32_t device_id = 0;
     std::vector<HeapInfo> heaps;
     uint32_t subgroup_size = 0;
     uint64_t max_storage_buffer_range = 0;
+    // maxMemoryAllocationSize: the driver's advice on one allocation (some
+    // allocate more); maxBufferSize (Vulkan 1.3, maintenance4): the hard cap
+    // on one buffer, or 0 where the driver does not say.
     uint64_t max_allocation_bytes = 0;
+    uint64_t max_buffer_bytes = 0;
     uint32_t max_shared_memory_bytes = 0;
     // What headroom needs that this device lacks, or empty.
     std::string missing;
 
     // The device-local heap the backend allocates from (the largest).
     const HeapInfo& main_heap() const;
+    uint32_t main_heap_index() const;
+    // What --device vulkan may take: usable and not a CPU (lavapipe).
+    bool is_gpu() const { return missing.empty() && type != "CPU"; }
 };
+
+// The most one allocation takes on the device: maxMemoryAllocationSize (or
+// maxBufferSize where lower), lowered to `lower` where nonzero, else to
+// HEADROOM_VULKAN_MAX_ALLOCATION=BYTES where set (at least 1 MiB). The
+// backend allocates no more at once, and the planner plans with it.
+uint64_t allocation_limit(const DeviceInfo& info, uint64_t lower = 0);
+
+// The device --device vulkan means among `devices`: the first usable
+// discrete GPU, else integrated, else virtual, else any other usable GPU,
+// else the first usable device of any type (a CPU such as lavapipe, which
+// *note then says in one line); nullopt if none is usable.
+std::optional<uint32_t> best_device(const std::vector<DeviceInfo>& devices,
+                                    std::string* note = nullptr);
 
 // The Vulkan devices of this machine. Empty with *why set when there are
 // none (no loader, no driver, no device).
@@ -70,11 +92,16 @@ class Context {
     VkDevice device() const { return device_; }
     VkQueue queue() const { return queue_; }
     VkCommandPool command_pool() const { return pool_; }
+    VkPhysicalDevice physical() const { return physical_; }
 
     // A memory type with `required` flags (and `preferred` ones if any type
     // has them) that `type_bits` allows; throws if none.
     uint32_t memory_type(uint32_t type_bits, VkMemoryPropertyFlags required,
                          VkMemoryPropertyFlags preferred = 0) const;
+    // A device-local memory type on the heap the budget comes from
+    // (DeviceInfo::main_heap), that `type_bits` allows, preferring one the
+    // host can map (host-visible and coherent) if `mappable`; throws if none.
+    uint32_t device_memory_type(uint32_t type_bits, bool mappable = false) const;
     VkMemoryPropertyFlags memory_flags(uint32_t type) const {
         return memory_.memoryTypes[type].propertyFlags;
     }

@@ -6,7 +6,8 @@
 // with an online softmax over tiles of 64 keys (tile i holds positions
 // [64 i, 64 i + 64), whatever the block size): m' = max(m, max_tile s),
 // c = e^(m - m'), l = l c + sum_tile e^(s - m'), acc = acc c + sum_tile
-// e^(s - m') v. No n² buffer: one tile of scores in shared memory.
+// e^(s - m') v. No n² buffer: one tile of scores in shared memory, and
+// where each of its keys is (its block looked up once, for K and V).
 //
 // Work split: one workgroup of 64 invocations per (query head, token):
 // x = head, y = token. Invocation j scores key 64 i + j of each tile (a
@@ -24,8 +25,10 @@ layout(local_size_x = 64) in;
 layout(push_constant) uniform Args {
     uint64_t q;           // (n_tokens, n_head, head_dim_k)
     uint64_t out_;        // (n_tokens, n_head, head_dim_v)
-    uint64_t layer_base;  // this layer's rows of block 0 (kv.glsl)
+    uint64_t pieces;      // the group's piece addresses (kv.glsl)
     uint64_t step;        // the step view's words
+    uint piece_blocks;
+    uint layer_offset;
     uint at_positions;    // word offsets in the step view
     uint at_seq_of_token;
     uint at_table_start;  // + group × n_seqs
@@ -46,6 +49,7 @@ layout(push_constant) uniform Args {
 shared float qs[MAX_HEAD];
 shared float sc[TILE];  // scores, then weights e^(s - m')
 shared float red[TILE];
+shared uint64_t base[TILE];  // where each key's block of this layer starts, once per tile
 
 void main() {
     const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, j = gl_LocalInvocationID.x;
@@ -55,9 +59,9 @@ void main() {
     const uint first = a.window != 0u && pos + 1u > a.window ? pos + 1u - a.window : 0u;
     const uint table = a.at_tables + step.v[a.at_table_start + seq];
     const uint kv_h = h / (a.n_head / a.n_head_kv);
-    const uint64_t k_head = a.layer_base + uint64_t(kv_h * a.block_size) * a.k_row_bytes;
-    const uint64_t v_head =
-        a.layer_base + a.v_start + uint64_t(kv_h * a.block_size) * a.v_row_bytes;
+    // Offsets of the KV head's rows within a layer's part of a block.
+    const uint64_t k_head = uint64_t(kv_h * a.block_size) * a.k_row_bytes;
+    const uint64_t v_head = a.v_start + uint64_t(kv_h * a.block_size) * a.v_row_bytes;
 
     Floats q = Floats(a.q + 4ul * (uint64_t(t) * a.n_head + h) * a.head_dim_k);
     for (uint d = j; d < a.head_dim_k; d += TILE) qs[d] = q.v[d];
@@ -72,8 +76,8 @@ void main() {
         float s = -1.0 / 0.0;
         if (valid) {
             const uint block = step.v[table + p / a.block_size];
-            const uint64_t row = k_head + uint64_t(block) * a.block_bytes +
-                                 uint64_t(p % a.block_size) * a.k_row_bytes;
+            base[j] = kv_block(a.pieces, a.piece_blocks, a.block_bytes, a.layer_offset, block);
+            const uint64_t row = base[j] + k_head + uint64_t(p % a.block_size) * a.k_row_bytes;
             float dot = 0.0;
             for (uint d = 0u; d < a.head_dim_k; ++d) dot = fma(qs[d], kv_at(row, d), dot);
             s = a.scale * dot;
@@ -102,9 +106,8 @@ void main() {
             for (uint i = 0u; i < n_keys; ++i) {
                 const uint pi = t0 + i;
                 if (pi < first) continue;
-                const uint block = step.v[table + pi / a.block_size];
-                const uint64_t row = v_head + uint64_t(block) * a.block_bytes +
-                                     uint64_t(pi % a.block_size) * a.v_row_bytes;
+                const uint64_t row =
+                    base[i] + v_head + uint64_t(pi % a.block_size) * a.v_row_bytes;
                 o = fma(sc[i], kv_at(row, d), o);
             }
             acc[k] = o;

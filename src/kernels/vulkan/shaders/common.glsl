@@ -23,6 +23,7 @@ layout(buffer_reference, std430, buffer_reference_align = 4) buffer Floats { flo
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer Words { uint v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 2) buffer Halves { uint16_t v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 1) buffer Bytes { uint8_t v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer Addresses { uint64_t v[]; };
 
 // IEEE half (binary16) bits to f32: exact.
 float half_to_float(uint h) {

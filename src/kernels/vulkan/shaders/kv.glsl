@@ -2,10 +2,18 @@
 // a row is one head's K or V of one token, head_dim elements: f32, f16,
 // bf16, or Q8_0 blocks of 32 ({f16 d; i8 q[32]}, 34 bytes).
 //
-// Where a row is (kernels/kv-layout.h): a layer's rows of block b start at
-// layer_base + b × block_bytes; in them, head h's K rows are at
-// h × block_size × k_row_bytes, its V rows after all K rows at
+// Where a row is (kernels/kv-layout.h): a group's region is in pieces of
+// piece_blocks whole blocks, `pieces` a table of their addresses; block b
+// starts at pieces[b / piece_blocks] + (b % piece_blocks) × block_bytes, and
+// a layer's rows of it layer_offset after that; in them, head h's K rows are
+// at h × block_size × k_row_bytes, its V rows after all K rows at
 // v_start + h × block_size × v_row_bytes; slot r of the block is row r.
+
+uint64_t kv_block(uint64_t pieces, uint piece_blocks, uint block_bytes, uint layer_offset,
+                  uint block) {
+    return Addresses(pieces).v[block / piece_blocks] +
+           uint64_t(block % piece_blocks) * block_bytes + layer_offset;
+}
 
 float kv_at(uint64_t row, uint d) {
 #if defined(KV_F32)

@@ -1,5 +1,8 @@
 #version 450
-// y (n_tokens, y_stride) [t, r] = sum_k x (n_tokens, x_stride) [t, k] * W (n_rows, n_cols) [r, k]
+// y (n_tokens, n_rows) [t, r] = sum_k x (n_tokens, x_stride) [t, k] * W (n_rows, n_cols) [r, k]
+// for up to 3 matrices of one type and width that read the same x (q, k and v; gate and up),
+// in one dispatch: workgroups [0, end0) are matrix 0's, [end0, end1) matrix 1's, the rest
+// matrix 2's.
 //
 // One source for every weight type (-DW_<TYPE>, dequant.glsl) and both
 // shapes (-DNT, -DRPL): NT tokens per workgroup, 1 for decode (matrix ×
@@ -33,22 +36,36 @@ layout(local_size_x = 16, local_size_y = ROWS / RPL) in;
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4s { vec4 v[]; };
 
 layout(push_constant) uniform Args {
-    uint64_t w;  // row 0 of W
-    uint64_t x;  // token 0 of x
-    uint64_t y;  // token 0, row 0 of y
-    uint n_rows;
+    uint64_t w0, w1, w2;  // row 0 of each W
+    uint64_t x;           // token 0 of x
+    uint64_t y0, y1, y2;  // token 0, row 0 of each y
+    uint n_rows0, n_rows1, n_rows2;
+    uint end0, end1;  // the workgroups of matrices 0 and 1 end there
     uint n_cols;
     uint n_tokens;
     uint row_bytes;
     uint x_stride;  // floats
-    uint y_stride;  // floats
 } a;
 
 shared float red[ROWS * NT * SLICES];
 
 void main() {
+    uint g = gl_WorkGroupID.x;
+    uint64_t w_at = a.w0, y_at = a.y0;
+    uint n_rows = a.n_rows0;
+    if (g >= a.end1) {
+        g -= a.end1;
+        w_at = a.w2;
+        y_at = a.y2;
+        n_rows = a.n_rows2;
+    } else if (g >= a.end0) {
+        g -= a.end0;
+        w_at = a.w1;
+        y_at = a.y1;
+        n_rows = a.n_rows1;
+    }
     const uint s = gl_LocalInvocationID.x, lane = gl_LocalInvocationID.y;
-    const uint r0 = gl_WorkGroupID.x * ROWS + lane * RPL;
+    const uint r0 = g * ROWS + lane * RPL;
     const uint t0 = gl_WorkGroupID.y * NT;
     const uint n_chunks = (a.n_cols + 31u) / 32u;
     const uint n_t = min(NT, a.n_tokens - t0);
@@ -57,7 +74,7 @@ void main() {
     const bool wide = (a.x_stride & 3u) == 0u && (a.n_cols & 31u) == 0u && (a.x & 15ul) == 0ul;
     Row rows[RPL];
     [[unroll]] for (uint i = 0u; i < RPL; ++i)  // past the end: computed, not stored
-        rows[i] = row_at(a.w + uint64_t(min(r0 + i, a.n_rows - 1u)) * a.row_bytes);
+        rows[i] = row_at(w_at + uint64_t(min(r0 + i, n_rows - 1u)) * a.row_bytes);
     float acc[RPL][NT];
     [[unroll]] for (uint i = 0u; i < RPL; ++i)
         [[unroll]] for (uint t = 0u; t < NT; ++t) acc[i][t] = 0.0;
@@ -103,9 +120,9 @@ void main() {
     if (s != 0u) return;
     [[unroll]] for (uint i = 0u; i < RPL; ++i) {
         const uint r = r0 + i;
-        if (r >= a.n_rows) continue;
+        if (r >= n_rows) continue;
         for (uint t = 0u; t < n_t; ++t)
-            Floats(a.y + 4ul * (uint64_t(t0 + t) * a.y_stride + r)).v[0] =
+            Floats(y_at + 4ul * (uint64_t(t0 + t) * n_rows + r)).v[0] =
                 red[((lane * RPL + i) * NT + t) * SLICES];
     }
 }

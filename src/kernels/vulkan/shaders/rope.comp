@@ -14,7 +14,8 @@
 // 5e-4 off: neither would do for long contexts.)
 //
 // Work split: one invocation per (pair, head, token): x = pair, y = head,
-// z = token.
+// z = token. Heads n_head .. n_head + n_head2 - 1 are those of a second
+// tensor x2 of the same tokens (k beside q: one dispatch for both).
 #include "common.glsl"
 
 layout(local_size_x = 64) in;
@@ -23,11 +24,13 @@ layout(push_constant) uniform Args {
     uint64_t x;
     uint64_t positions;  // (n_tokens) u32
     uint64_t freqs;      // (n_rot / 2) × {fraction bits 63..32, 31..0}
+    uint64_t x2;         // (n_tokens, n_head2, head_dim), or none
     uint n_tokens;
     uint n_head;
     uint head_dim;
     uint n_rot;
     uint neox;
+    uint n_head2;
 } a;
 
 void main() {
@@ -51,7 +54,9 @@ void main() {
     const float s = q == 0u ? sin_r : q == 1u ? cos_r : q == 2u ? -sin_r : -cos_r;
     const float c = q == 0u ? cos_r : q == 1u ? -sin_r : q == 2u ? -cos_r : sin_r;
 
-    Floats v = Floats(a.x + 4ul * (uint64_t(t) * a.n_head + h) * a.head_dim);
+    Floats v = h < a.n_head
+                   ? Floats(a.x + 4ul * (uint64_t(t) * a.n_head + h) * a.head_dim)
+                   : Floats(a.x2 + 4ul * (uint64_t(t) * a.n_head2 + h - a.n_head) * a.head_dim);
     const uint i0 = a.neox != 0u ? i : 2u * i;
     const uint i1 = a.neox != 0u ? i + half_rot : 2u * i + 1u;
     const float x0 = v.v[i0], x1 = v.v[i1];

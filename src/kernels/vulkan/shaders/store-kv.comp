@@ -16,8 +16,10 @@ layout(local_size_x = 64) in;
 layout(push_constant) uniform Args {
     uint64_t k;
     uint64_t v;
-    uint64_t layer_base;
-    uint64_t slots;  // (n_tokens) u32: this layer group's slots
+    uint64_t pieces;  // the group's piece addresses (kv.glsl)
+    uint64_t slots;   // (n_tokens) u32: this layer group's slots
+    uint piece_blocks;
+    uint layer_offset;
     uint block_bytes;
     uint block_size;
     uint k_row_bytes;
@@ -58,7 +60,7 @@ void main() {
     const uint i = gl_GlobalInvocationID.x, h = gl_WorkGroupID.y, t = gl_WorkGroupID.z;
     const uint slot = Words(a.slots).v[t];
     const uint block = slot / a.block_size, r = slot % a.block_size;
-    const uint64_t base = a.layer_base + uint64_t(block) * a.block_bytes;
+    const uint64_t base = kv_block(a.pieces, a.piece_blocks, a.block_bytes, a.layer_offset, block);
     const uint64_t k_row = base + uint64_t(h * a.block_size + r) * a.k_row_bytes;
     const uint64_t v_row = base + a.v_start + uint64_t(h * a.block_size + r) * a.v_row_bytes;
     store(Floats(a.k + 4ul * (uint64_t(t) * a.n_head_kv + h) * a.head_dim_k), k_row, i,

@@ -6,20 +6,18 @@
 #                                     test, the shared libraries they load beyond glibc and
 #                                     libstdc++, and the Vulkan loader's package
 #   bench/gpu-check.sh run OUT [--small]
-#                                     there (the tree with .gpu/ beside it, no network): list the
-#                                     Vulkan devices, run the ops test on the one --device vulkan
-#                                     means, then bench random-weight models (headroom synth, made
-#                                     there) with HEADROOM_VULKAN_PROFILE=1: TinyLlama-1.1B Q4_0
-#                                     and Q4_K, Llama-2-7B Q4_0; pp512, tg128, and tg128 after
-#                                     512 and 4096 tokens of context; and the KV pool past one
-#                                     allocation (8 sequences of 4096 tokens of Llama-2-7B: 16 GiB
-#                                     in pieces of at most the driver's limit). Every result goes
-#                                     to OUT: summary.txt (one line a test: tokens/s, the fraction
-#                                     of the GPU's memory bandwidth where --bandwidth-gbs names
-#                                     it, dispatches and barriers a step), the JSON of each bench,
-#                                     the per-shader profiles and the logs.
-#                                     --small: SmolLM2-135M-shaped models and pp128/tg32, for a
-#                                     dry run on lavapipe.
+#         there (the tree with .gpu/ beside it, no network): list the Vulkan devices, run the
+#         ops test on the one --device vulkan means, then bench random-weight models made there
+#         by headroom synth (TinyLlama-1.1B Q4_0 and Q4_K, Llama-2-7B Q4_0): pp512, tg128, and
+#         tg128 after 512 and 4096 tokens of context, then one run of each model with
+#         HEADROOM_VULKAN_PROFILE=1 (device time per shader); and the KV pool past one
+#         allocation (8 sequences of 4096 tokens of Llama-2-7B: 16 GiB in pieces of at most the
+#         driver's limit). Every result goes to OUT: summary.txt (one line a test: tokens/s,
+#         the fraction of the GPU's memory bandwidth where GPU_BANDWIDTH_GBS or nvidia-smi
+#         names the card, dispatches and barriers a step), the JSON of each bench, the
+#         profiles and the logs.
+#         --small: a SmolLM2-135M-shaped model, pp64, tg16 and tg16 after 128 tokens: a dry run
+#         of the script on lavapipe.
 #
 # Where .gpu/llama/ holds a llama-bench built with -DGGML_VULKAN=ON (and its libraries), each
 # bench runs it too on the same file, interleaved, and the summary gives headroom / llama.cpp.
@@ -32,27 +30,39 @@ mode="${1:-}"
 pack() {
   cmake --preset release >/dev/null
   cmake --build --preset release -j "$(nproc)" --target headroom vulkan_ops_test
-  rm -rf .gpu/bin .gpu/lib .gpu/debs
+  rm -rf .gpu/bin .gpu/lib .gpu/debs .gpu/llama
   mkdir -p .gpu/bin .gpu/lib .gpu/debs
   cp build/release/headroom build/release/tests/vulkan_ops_test .gpu/bin/
-  # Libraries beyond the C runtime: the other machine's distribution may lack them.
+  strip --strip-unneeded .gpu/bin/*
+  # Libraries beyond the C runtime and those every distribution has (OpenSSL, zlib, brotli):
+  # the other machine may lack them.
   ldd build/release/headroom build/release/tests/vulkan_ops_test | awk '$3 ~ /^\// {print $3}' |
-    sort -u | grep -Ev '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' |
+    sort -u | grep -Ev '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux[^/]*|libssl|libcrypto|libz|libbrotli[a-z]*)\.so' |
     while read -r lib; do cp -L "$lib" .gpu/lib/; done
   (cd .gpu/debs && apt-get download libvulkan1 >/dev/null)
-  grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
+  # The peer, where bench/compare-llama-cpp --device vulkan built it (its CPU code for AVX2).
+  local peer=.ref/llama-vulkan/build/bin
+  if [ -x "$peer/llama-bench" ]; then
+    mkdir -p .gpu/llama
+    cp -L "$peer/llama-bench" .gpu/llama/
+    for f in "$peer"/*.so*; do cp -P "$f" .gpu/llama/; done
+    strip --strip-unneeded .gpu/llama/llama-bench .gpu/llama/*.so.*.* 2>/dev/null || true
+  fi
   du -sh .gpu
+  # What travels with the tree is limited (64 MiB on the lending machines): say so here.
+  local mib=$(($(du -sb .gpu | cut -f1) / 1048576))
+  [ "$mib" -le 56 ] || echo "warning: .gpu/ is $mib MiB; leave out .gpu/llama if the tree does not travel" >&2
   echo "now: device run with carry [\".gpu\"]: bench/gpu-check.sh run \$OUT"
 }
 
-# bench_one LABEL MODEL ARGS...: headroom bench --json to OUT/LABEL.json, its profile to
-# OUT/LABEL.profile, a summary line.
+# bench_one LABEL MODEL ARGS...: headroom bench --json to OUT/LABEL.json, its stderr to
+# OUT/LABEL.log, a summary line.
 bench_one() {
   local label=$1 model=$2
   shift 2
-  if ! HEADROOM_VULKAN_PROFILE=1 "$bin" bench -m "$model" --device vulkan --n-gpu-layers all \
-    --json "$@" >"$out/$label.json" 2>"$out/$label.profile"; then
-    echo "$label: FAILED (see $label.profile)" | tee -a "$out/summary.txt"
+  if ! "$bin" bench -m "$model" --device vulkan --n-gpu-layers all --json "$@" \
+    >"$out/$label.json" 2>"$out/$label.log"; then
+    echo "$label: FAILED (see $label.log)" | tee -a "$out/summary.txt"
     return 0
   fi
   python3 - "$out/$label.json" "$label" "$bandwidth" "${peer_tps:-}" <<'EOF' | tee -a "$out/summary.txt"
@@ -67,7 +77,7 @@ if j["tg"]["n_tokens"]:
     tg = j["tg"]["tokens_per_s"]
     parts.append(f"tg{j['tg']['n_tokens']} {tg:.1f} t/s")
     gbs = j["tg_effective_gbps"]
-    parts.append(f"{gbs:.0f} GB/s read" + (f" ({100 * gbs / bw:.0f}% of {bw:.0f})" if bw else ""))
+    parts.append(f"{gbs:.1f} GB/s read" + (f" ({100 * gbs / bw:.0f}% of {bw:.0f})" if bw else ""))
 parts.append(f"step: {s['dispatches']} dispatches, {s['barriers']} barriers, "
              f"recorded {s['recorded']}")
 if peer:
@@ -125,7 +135,7 @@ run() {
   local models=/tmp/gpu-check-models pp=512 tg=128 depths="512 4096"
   local shapes="tinyllama-1.1b:q4_0 tinyllama-1.1b:q4_k llama-2-7b:q4_0"
   if [ $small = 1 ]; then
-    pp=128 tg=32 depths=512 shapes="smollm2-135m:q4_0 smollm2-135m:q4_k"
+    pp=64 tg=16 depths=128 shapes="smollm2-135m:q4_0"
   fi
   mkdir -p "$models"
   for st in $shapes; do
@@ -139,6 +149,10 @@ run() {
       peer_tps=$(peer "$model" -p 0 -n "$tg" -d "$d") \
         bench_one "$label-tg$tg-d$d" "$model" -p "$d" -n "$tg" -r 1
     done
+    # Where a step's time goes: every dispatch timed alone (barriers between all of them, so
+    # slower than the runs above), device time per shader.
+    HEADROOM_VULKAN_PROFILE=1 "$bin" bench -m "$model" --device vulkan --n-gpu-layers all \
+      -p "$pp" -n "$tg" -r 1 >"$out/$label.profile" 2>&1 || true
   done
   if [ $small = 0 ]; then
     # 8 sequences of 4096 tokens of Llama-2-7B: 16 GiB of KV, past every driver's one-allocation
@@ -173,7 +187,7 @@ case "$mode" in
   pack) pack ;;
   run) run "$@" ;;
   *)
-    sed -n '2,26p' "$0" >&2
+    sed -n '2,25p' "$0" >&2
     exit 2
     ;;
 esac

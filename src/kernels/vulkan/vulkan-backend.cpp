@@ -530,6 +530,9 @@ void VulkanBackend::set_workspace(const Workspace& ws) {
     wanted_modules_.push_back(fmt::format("attention-{}", kv_name(ws.kv_dtype)));
     for (const auto& m : wanted_modules_) pipeline(m);
     wanted_modules_.clear();
+    // Recorded steps copy into the old logits readback: recorded no more.
+    for (auto& r : recorded_) vkFreeCommandBuffers(ctx_->device(), ctx_->command_pool(), 1, &r.cb);
+    recorded_.clear();
     step_device_ = ws.step_view;
     step_device_bytes_ = ws.step_view_bytes;
     uint8_t* mapped = step_device_ ? allocation(step_device_).mapped : nullptr;

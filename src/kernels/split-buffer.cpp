@@ -35,6 +35,7 @@ SplitBuffer::SplitBuffer(Backend& backend, Term term, std::span<const uint64_t> 
         while (i < ends.size() && ends[i] - start <= limit) end = ends[i++];
         take(backend, term, start, end - start, what);
         start = end;
+        while (i < ends.size() && ends[i] == start) ++i;
     } while (i < ends.size());
 }
 

@@ -849,7 +849,8 @@ TEST(VulkanDevices, TheAllocationLimitIsTheLowestOfTheDriversAndTheOptions) {
 // longest run of units from its start within the limit. Units ending at 0
 // (empty), 100, 100 (empty), 300 and 500 bytes: under 512 bytes, one piece
 // [0, 500); under 256, [0, 100) (300 > 256), [100, 300) (500 - 100 > 256)
-// and [300, 500). 10 units of 100 bytes under 256: 5 pieces of 2 units. A
+// and [300, 500). Units ending at 100, 200, 200 under 100: 2 pieces. 10
+// units of 100 bytes under 256: 5 pieces of 2 units. A
 // unit larger than the limit is refused, naming the region, and nothing of
 // the region is kept.
 TEST(VulkanAllocations, ARegionIsCutBetweenUnitsAndAUnitPastTheLimitIsRefused) {
@@ -882,6 +883,14 @@ TEST(VulkanAllocations, ARegionIsCutBetweenUnitsAndAUnitPastTheLimitIsRefused) {
         EXPECT_EQ(b.at(300), p[2]);
         EXPECT_GE(be.allocations().largest_bytes, 200u);
         EXPECT_EQ(be.allocations().count, before.count + 3);
+    }
+    {
+        // Empty units after the last piece take no piece of their own.
+        const std::vector<uint64_t> trailing = {100, 200, 200};
+        be.limit_allocations(100);
+        SplitBuffer b(be, Term::Activations, trailing, "test arena");
+        EXPECT_EQ(b.pieces().size(), 2u);
+        be.limit_allocations(256);
     }
     {
         SplitBuffer b(be, Term::KvCache, 10, 100, "test pool");

@@ -86,6 +86,14 @@ fail_if(want < 7, f"a 400 MiB pool in {want} pieces of at most 64 MiB")
 print(f"greedy text: {text_whole!r}")
 fail_if(text_whole != text_split, f"the output differs under the limit: {text_split!r}")
 
+# Under the 64 MiB the weights' upload staging takes: staging too stays within the limit, and
+# the largest tensor (the 28.7 MiB Q8_0 embedding) still fits one allocation.
+text_32, split_32 = run(32 * 2**20)
+gpu_32 = split_32["devices"]["gpu0"]
+print(f"32 MiB:   {gpu_32['allocations']} allocations, the largest {gpu_32['largest_allocation_bytes']} B")
+fail_if(gpu_32["largest_allocation_bytes"] > 32 * 2**20, "an allocation past the 32 MiB limit")
+fail_if(text_32 != text_whole, f"the output differs under a 32 MiB limit: {text_32!r}")
+
 small = 2 * 2**20  # below the 3 MiB of a 512-token step's widest buffer
 r = subprocess.run([headroom_bin(), "plan", model, "--device", "vulkan", "--n-gpu-layers", "all"],
                    capture_output=True, text=True, env=env_with(small))

@@ -92,10 +92,8 @@ DeviceInfo describe(VkPhysicalDevice d, uint32_t index) {
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_4_PROPERTIES);
     subgroup.pNext = &m3;
     m3.pNext = &driver;
-    VkPhysicalDeviceProperties basic;
-    vkGetPhysicalDeviceProperties(d, &basic);
-    const bool maintenance4 = VK_API_VERSION_MINOR(basic.apiVersion) >= 3 ||
-                              has_extension(d, VK_KHR_MAINTENANCE_4_EXTENSION_NAME);
+    // (The instance asks for Vulkan 1.2: the 1.3 property is read through the extension.)
+    const bool maintenance4 = has_extension(d, VK_KHR_MAINTENANCE_4_EXTENSION_NAME);
     if (maintenance4) driver.pNext = &m4;
     auto props = make<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2);
     props.pNext = &subgroup;

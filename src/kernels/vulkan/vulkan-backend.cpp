@@ -371,7 +371,7 @@ void VulkanBackend::release(DevPtr buffer) {
 
 void VulkanBackend::copy_through_staging(DevPtr dst, const uint8_t* src, uint64_t bytes) {
     if (!staging_) {
-        staging_bytes_ = kStagingBytes;
+        staging_bytes_ = std::min(kStagingBytes, max_allocation_);
         staging_ = new_allocation(Term::Runtime, staging_bytes_, true, "upload staging");
     }
     const Allocation& s = allocation(staging_);
@@ -394,7 +394,7 @@ void VulkanBackend::upload(DevPtr dst, const void* src, uint64_t bytes) {
 
 void VulkanBackend::download(void* dst, DevPtr src, uint64_t bytes) {
     if (!staging_) {
-        staging_bytes_ = kStagingBytes;
+        staging_bytes_ = std::min(kStagingBytes, max_allocation_);
         staging_ = new_allocation(Term::Runtime, staging_bytes_, true, "upload staging");
     }
     const Allocation& s = allocation(staging_);
@@ -556,9 +556,12 @@ void VulkanBackend::save_pipeline_cache() const {
     const std::filesystem::path path(pipeline_cache_file_);
     std::filesystem::create_directories(path.parent_path(), ec);
     const std::string tmp = fmt::format("{}.{}", pipeline_cache_file_, ::getpid());
-    {
-        std::ofstream out(tmp, std::ios::binary);
-        if (!out.write(data.data(), static_cast<std::streamsize>(n))) return;
+    std::ofstream out(tmp, std::ios::binary);
+    out.write(data.data(), static_cast<std::streamsize>(n));
+    out.close();
+    if (!out) {
+        std::filesystem::remove(tmp, ec);
+        return;
     }
     std::filesystem::rename(tmp, path, ec);
     if (ec) std::filesystem::remove(tmp, ec);
@@ -732,13 +735,15 @@ void VulkanBackend::record(VkCommandBuffer cb, DevPtr logits, uint64_t bytes) {
                 break;
             }
         }
+    // The step's writes made visible to the logits copy and to what runs
+    // after the step outside one (a block copy, a download), then the copy's
+    // to the host.
+    barrier(kWrites, kAll, kWork, kWork);
     if (bytes) {
-        barrier(kWrites, VK_ACCESS_TRANSFER_READ_BIT, kWork, VK_PIPELINE_STAGE_TRANSFER_BIT);
         VkBufferCopy copy{logits.offset, 0, bytes};
         vkCmdCopyBuffer(cb, allocation(logits).buffer, allocation(logits_host_).buffer, 1, &copy);
-        barrier(VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT,
-                VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT);
     }
+    barrier(kWrites, VK_ACCESS_HOST_READ_BIT, kWork, VK_PIPELINE_STAGE_HOST_BIT);
     check(vkEndCommandBuffer(cb), "vkEndCommandBuffer");
     ++step_counters_.n_recorded;
 }
@@ -869,7 +874,11 @@ void VulkanBackend::rmsnorm(DevPtr x, const Weight& w, float weight_offset, floa
         *commands_[n_cmd - 1].shader == "add") {
         ElementwiseArgs add;
         std::memcpy(&add, commands_.back().push.data(), sizeof(add));
-        if (add.x == a.x && uint64_t{add.n} * 4 == bytes) {
+        // Row by row, the dispatch reads x and y before it writes out: out may
+        // be x or y, or apart from both, not across them.
+        const auto apart = [&](uint64_t at) { return a.out + bytes <= at || at + bytes <= a.out; };
+        if (add.x == a.x && uint64_t{add.n} * 4 == bytes &&
+            (a.out == add.x || a.out == add.y || (apart(add.x) && apart(add.y)))) {
             a.y = add.y;
             Command& c = commands_.back();
             c.pipeline = pipeline("norm");
@@ -953,9 +962,13 @@ void VulkanBackend::add(DevPtr x, DevPtr y, int64_t n) {
 }
 
 uint64_t VulkanBackend::add_table(const void* data, uint64_t bytes, const char* what) {
-    if (tables_used_ + bytes > kContextBytes)
-        fail("{}: the backend's {} of tables are full ({} taken, {} more asked)", what,
-             format_bytes(kContextBytes), format_bytes(tables_used_), format_bytes(bytes));
+    if (tables_used_ + bytes > kContextBytes) {
+        recording_ = false;  // the step is abandoned; the next one starts afresh
+        fail(
+            "{}: the backend's {} of tables are full ({} taken, {} more asked): a KV pool in "
+            "fewer pieces (a larger HEADROOM_VULKAN_MAX_ALLOCATION) needs fewer",
+            what, format_bytes(kContextBytes), format_bytes(tables_used_), format_bytes(bytes));
+    }
     // Written by the step's commands, before its first use.
     const uint64_t at = tables_used_;
     update(tables_ + at, data, bytes);

@@ -180,7 +180,7 @@ with Server(["-m", model_path("smollm2-135m"), *FLAGS]) as server:
             out = []
             for chunk in client.chat.completions.create(
                     model="smollm2", messages=[{"role": "user", "content": PROMPTS[i]}],
-                    max_tokens=320, stream=True, extra_body={"ignore_eos": True}):
+                    max_tokens=560, stream=True, extra_body={"ignore_eos": True}):
                 if chunk.choices and chunk.choices[0].delta.content:
                     out.append(chunk.choices[0].delta.content)
             texts[i] = "".join(out)

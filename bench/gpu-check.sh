@@ -49,10 +49,10 @@ pack() {
     strip --strip-unneeded .gpu/llama/llama-bench .gpu/llama/*.so.*.* 2>/dev/null || true
   fi
   du -sh .gpu
-  # What travels with the tree is limited (64 MiB on the lending machines): say so here.
+  # A copy of the tree to another machine may be limited in size (64 MiB is common): say so here.
   local mib=$(($(du -sb .gpu | cut -f1) / 1048576))
-  [ "$mib" -le 56 ] || echo "warning: .gpu/ is $mib MiB; leave out .gpu/llama if the tree does not travel" >&2
-  echo "now: device run with carry [\".gpu\"]: bench/gpu-check.sh run \$OUT"
+  [ "$mib" -le 56 ] || echo "warning: .gpu/ is $mib MiB; leave out .gpu/llama if the copy is refused" >&2
+  echo "now, on the GPU machine with this tree and .gpu/: bench/gpu-check.sh run OUT"
 }
 
 # bench_one LABEL MODEL ARGS...: headroom bench --json to OUT/LABEL.json, its stderr to

@@ -85,6 +85,20 @@ def term_mismatches(label, plan, report):
     return n
 
 
+def device_term_mismatches(label, plan, report):
+    """Like term_mismatches, device by device: each device's terms in `plan --json`'s
+    "devices" against what that device's ledger reserved in the memory report."""
+    n = 0
+    for d in plan["devices"]:
+        ledger = report["devices"][d["device"]]["terms"]
+        for term in PLAN_TERMS:
+            if d[f"{term}_bytes"] != ledger[term]["reserved_bytes"]:
+                print(f"FAIL {label}: {d['device']} {term} planned {d[term + '_bytes']}, the "
+                      f"ledger reserved {ledger[term]['reserved_bytes']}", file=sys.stderr)
+                n += 1
+    return n
+
+
 def rewrite_gguf(reader, dst, changes):
     """Copies the GGUF file `reader` (a gguf.GGUFReader) to dst with the
     metadata in `changes` ({key: (value, type[, element type])}) set or

@@ -23,9 +23,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, model_path, fail_if, skip_without_vulkan  # noqa: E402
+from testlib import (headroom_bin, model_path, fail_if, skip_without_vulkan,  # noqa: E402
+                     device_term_mismatches)
 
-TERMS = ("weights", "kv_cache", "activations", "runtime")
 LIMIT = 64 * 2**20
 
 skip_without_vulkan()
@@ -65,14 +65,7 @@ fail_if(gpu_split["max_allocation_bytes"] != LIMIT, "the report does not state t
 
 plan = json.loads(subprocess.run([headroom_bin(), "plan", model, "--json"] + flags, check=True,
                                  capture_output=True, text=True, env=env_with(LIMIT)).stdout)
-failures = 0
-for d in plan["devices"]:
-    ledger = split["devices"][d["device"]]["terms"]
-    for term in TERMS:
-        if d[f"{term}_bytes"] != ledger[term]["reserved_bytes"]:
-            print(f"FAIL {d['device']} {term}: planned {d[term + '_bytes']}, the ledger reserved "
-                  f"{ledger[term]['reserved_bytes']}", file=sys.stderr)
-            failures += 1
+failures = device_term_mismatches("64 MiB limit", plan, split)
 fail_if(failures > 0, f"{failures} terms differ between plan and ledger under the limit")
 kv = plan["terms"]["kv_cache"]
 want = 0

@@ -20,7 +20,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import headroom_bin, model_path, fail_if, skip_without_vulkan  # noqa: E402
+from testlib import (headroom_bin, model_path, fail_if, skip_without_vulkan,  # noqa: E402
+                     device_term_mismatches)
 
 TERMS = ("weights", "kv_cache", "activations", "runtime")
 
@@ -55,13 +56,9 @@ for max_len, seqs, kv, pool in CONFIGS:
     report = run_report(flags)
     label = f"{max_len} × {seqs} {kv} {' '.join(pool)}"
     fail_if(len(plan["devices"]) != 2, f"{label}: the plan spans {len(plan['devices'])} devices, not 2")
+    failures += device_term_mismatches(label, plan, report)
     for d in plan["devices"]:
         ledger = report["devices"][d["device"]]["terms"]
-        for term in TERMS:
-            if d[f"{term}_bytes"] != ledger[term]["reserved_bytes"]:
-                print(f"FAIL {label}: {d['device']} {term} planned {d[term + '_bytes']}, the ledger "
-                      f"reserved {ledger[term]['reserved_bytes']}", file=sys.stderr)
-                failures += 1
         total = sum(ledger[t]["reserved_bytes"] for t in TERMS)
         print(f"{label:<36} {d['device']:<6} {d['total_bytes']:>12} {total:>12}")
 fail_if(failures > 0, f"{failures} terms differ between plan and ledger")

@@ -195,11 +195,8 @@ VulkanBackend::VulkanBackend(Ledger& host, const VulkanOptions& o)
     // One tensor past the advice is still tried, up to the hard cap where
     // the driver gives one (and the limit where the options lowered it).
     const vk::DeviceInfo& info = ctx_->info();
-    allocation_cap_ =
-        max_allocation_ < std::min(info.max_allocation_bytes,
-                                   info.max_buffer_bytes ? info.max_buffer_bytes : UINT64_MAX)
-            ? max_allocation_
-            : std::max(max_allocation_, info.max_buffer_bytes);
+    const bool lowered = max_allocation_ < vk::allocation_limit(info, UINT64_MAX);
+    allocation_cap_ = lowered ? max_allocation_ : std::max(max_allocation_, info.max_buffer_bytes);
 
     // The driver checks the data's header (vendor, device, cache UUID) and
     // ignores data from another driver.
@@ -567,8 +564,8 @@ void VulkanBackend::save_pipeline_cache() const {
     if (ec) std::filesystem::remove(tmp, ec);
 }
 
-VkPipeline VulkanBackend::pipeline(std::string_view name) {
-    if (auto it = pipelines_.find(name); it != pipelines_.end()) return it->second;
+const VulkanBackend::Pipeline& VulkanBackend::pipeline(std::string_view name) {
+    if (auto it = pipelines_.find(name); it != pipelines_.end()) return *it;
     if (recording_) ++pipelines_built_in_steps_;
     const vk::SpirvModule* m = vk::find_spirv(name);
     HR_CHECK_MSG(m, "a shader module the build did not make");
@@ -589,8 +586,7 @@ VkPipeline VulkanBackend::pipeline(std::string_view name) {
     const VkResult r = vkCreateComputePipelines(d, pipeline_cache_, 1, &pi, nullptr, &p);
     vkDestroyShaderModule(d, module, nullptr);
     check(r, "vkCreateComputePipelines");
-    pipelines_.emplace(std::string(name), p);
-    return p;
+    return *pipelines_.emplace(std::string(name), p).first;
 }
 
 bool VulkanBackend::Command::operator==(const Command& o) const {
@@ -638,8 +634,9 @@ void VulkanBackend::dispatch(std::string_view shader, const Push& push,
         barrier();
     access(reads, writes);
     Command c;
-    c.pipeline = pipeline(shader);
-    c.shader = &pipelines_.find(shader)->first;
+    const Pipeline& p = pipeline(shader);
+    c.pipeline = p.second;
+    c.shader = &p.first;
     c.push_bytes = sizeof(Push);
     std::memcpy(c.push.data(), &push, sizeof(Push));
     c.groups = {gx, gy, gz};
@@ -881,8 +878,9 @@ void VulkanBackend::rmsnorm(DevPtr x, const Weight& w, float weight_offset, floa
             (a.out == add.x || a.out == add.y || (apart(add.x) && apart(add.y)))) {
             a.y = add.y;
             Command& c = commands_.back();
-            c.pipeline = pipeline("norm");
-            c.shader = &pipelines_.find("norm")->first;
+            const Pipeline& norm = pipeline("norm");
+            c.pipeline = norm.second;
+            c.shader = &norm.first;
             c.push_bytes = sizeof(a);
             std::memcpy(c.push.data(), &a, sizeof(a));
             c.groups = {gx, gy, 1};

@@ -170,7 +170,9 @@ class VulkanBackend final : public Backend {
     uint64_t address(DevPtr p) const { return allocations_[p.buffer - 1].address + p.offset; }
     uint64_t address(const Weight& w) const { return address(weights_[w.id - 1].at); }
     const Allocation& allocation(DevPtr p) const { return allocations_[p.buffer - 1]; }
-    VkPipeline pipeline(std::string_view name);
+    // A shader's pipeline (built on first use) and its name as kept.
+    using Pipeline = std::pair<const std::string, VkPipeline>;
+    const Pipeline& pipeline(std::string_view name);
 
     // Bytes [lo, hi) of one allocation, as a dispatch reads or writes them.
     struct Span {

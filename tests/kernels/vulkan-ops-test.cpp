@@ -163,59 +163,68 @@ Weight upload_vector(const std::vector<float>& v) {
 class VulkanMatmul : public ::testing::TestWithParam<TensorType> {};
 
 // The shader's weights are the reference's bit for bit; its sum of K
-// products (fma chains of K / 512 chunks of 32, then a 16-way tree) differs
-// from the exact sum by at most (K + 4) u Σ|w x| (each of at most K + 4
-// roundings is within u of a partial sum bounded by Σ|w x|), so against the
-// exact (double) dot product of the same weights: |y - ref| <= (K + 4) u Σ|w x|.
+// products (16 fma chains over contiguous slices of the row, then their 16
+// partial sums added in turn) differs from the exact sum by at most
+// (K + 16) u Σ|w x| (each of at most K + 16 roundings is within u of a
+// partial sum bounded by Σ|w x|), so against the exact (double) dot product
+// of the same weights: |y - ref| <= (K + 16) u Σ|w x|. Widths of fewer and
+// of more chunks of 32 than slices; 1 token (matrix × vector), 3 (a few
+// tokens a workgroup) and 70 (tiles of 64 tokens and a tail).
 TEST_P(VulkanMatmul, MatchesTheExactDotOfTheReferenceWeightsWithinTheRoundingBound) {
     HR_REQUIRE_VULKAN();
     const TensorType type = GetParam();
     const bool kquant = traits(type).block_size == 256;
     const bool flt = type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16;
-    const int64_t n_rows = 37, n_cols = flt ? 100 : kquant ? 512 : 96;
-    const Mat m(type, n_rows, n_cols, 11);
-    for (const int64_t n_tokens : {1, 3, 9}) {
-        SCOPED_TRACE(testing::Message() << n_tokens << " tokens");
-        const auto x = random_vec(static_cast<size_t>(n_tokens * n_cols), 5);
-        Buf xb(x), yb(static_cast<size_t>(n_tokens * n_rows));
-        const Weight* ws[] = {&m.w};
-        const DevPtr ys[] = {yb.p};
-        step({}, [&](Backend& be) { be.matmul(ws, xb.p, n_tokens, ys); });
-        const auto y = yb.get();
-        for (int64_t t = 0; t < n_tokens; ++t)
-            for (int64_t r = 0; r < n_rows; ++r) {
-                double exact = 0, mag = 0;
-                for (int64_t k = 0; k < n_cols; ++k) {
-                    const double p = double(m.f32[r * n_cols + k]) * x[t * n_cols + k];
-                    exact += p;
-                    mag += std::fabs(p);
+    const int64_t n_rows = 37;
+    for (const int64_t n_cols : {flt ? 100 : kquant ? 256 : 96, kquant ? 768 : 672})
+        for (const int64_t n_tokens : {1, 3, 70}) {
+            SCOPED_TRACE(testing::Message() << n_cols << " columns, " << n_tokens << " tokens");
+            const Mat m(type, n_rows, n_cols, 11);
+            const auto x = random_vec(static_cast<size_t>(n_tokens * n_cols), 5);
+            Buf xb(x), yb(static_cast<size_t>(n_tokens * n_rows));
+            const Weight* ws[] = {&m.w};
+            const DevPtr ys[] = {yb.p};
+            step({}, [&](Backend& be) { be.matmul(ws, xb.p, n_tokens, ys); });
+            const auto y = yb.get();
+            for (int64_t t = 0; t < n_tokens; ++t)
+                for (int64_t r = 0; r < n_rows; ++r) {
+                    double exact = 0, mag = 0;
+                    for (int64_t k = 0; k < n_cols; ++k) {
+                        const double p = double(m.f32[r * n_cols + k]) * x[t * n_cols + k];
+                        exact += p;
+                        mag += std::fabs(p);
+                    }
+                    ASSERT_NEAR(y[t * n_rows + r], exact, (n_cols + 16) * kU * mag + 1e-30)
+                        << "token " << t << " row " << r;
                 }
-                ASSERT_NEAR(y[t * n_rows + r], exact, (n_cols + 4) * kU * mag + 1e-30)
-                    << "token " << t << " row " << r;
-            }
-    }
+        }
 }
 
 TEST_P(VulkanMatmul, ABatchGivesEachTokenWhatItGetsAlone) {
     HR_REQUIRE_VULKAN();
     const TensorType type = GetParam();
-    const int64_t n_rows = 53, n_cols = traits(type).block_size == 256 ? 256 : 160;
+    const int64_t n_rows = 53, n_cols = traits(type).block_size == 256 ? 768 : 672;
     const Mat m(type, n_rows, n_cols, 3);
-    const int64_t n_tokens = 11;  // tiles of 4 and a tail
-    const auto x = random_vec(static_cast<size_t>(n_tokens * n_cols), 8);
-    Buf xb(x), yb(static_cast<size_t>(n_tokens * n_rows));
-    const Weight* ws[] = {&m.w};
-    const DevPtr ys[] = {yb.p};
-    step({}, [&](Backend& be) { be.matmul(ws, xb.p, n_tokens, ys); });
-    const auto all = yb.get();
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        Buf x1(std::vector<float>(x.begin() + t * n_cols, x.begin() + (t + 1) * n_cols));
-        Buf y1(static_cast<size_t>(n_rows));
-        const DevPtr y1s[] = {y1.p};
-        step({}, [&](Backend& be) { be.matmul(ws, x1.p, 1, y1s); });
-        const auto one = y1.get();
-        for (int64_t r = 0; r < n_rows; ++r)
-            ASSERT_TRUE(same_bits(one[r], all[t * n_rows + r])) << "token " << t << " row " << r;
+    // Each kernel: a few tokens (workgroups of 4 and a tail), and tiles of 64
+    // tokens and a tail, against matrix × vector.
+    for (const int64_t n_tokens : {7, 70}) {
+        SCOPED_TRACE(testing::Message() << n_tokens << " tokens");
+        const auto x = random_vec(static_cast<size_t>(n_tokens * n_cols), 8);
+        Buf xb(x), yb(static_cast<size_t>(n_tokens * n_rows));
+        const Weight* ws[] = {&m.w};
+        const DevPtr ys[] = {yb.p};
+        step({}, [&](Backend& be) { be.matmul(ws, xb.p, n_tokens, ys); });
+        const auto all = yb.get();
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            Buf x1(std::vector<float>(x.begin() + t * n_cols, x.begin() + (t + 1) * n_cols));
+            Buf y1(static_cast<size_t>(n_rows));
+            const DevPtr y1s[] = {y1.p};
+            step({}, [&](Backend& be) { be.matmul(ws, x1.p, 1, y1s); });
+            const auto one = y1.get();
+            for (int64_t r = 0; r < n_rows; ++r)
+                ASSERT_TRUE(same_bits(one[r], all[t * n_rows + r]))
+                    << "token " << t << " row " << r;
+        }
     }
 }
 

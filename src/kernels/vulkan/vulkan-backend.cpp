@@ -142,9 +142,31 @@ struct AttentionArgsGpu {
         block_bytes, block_size, k_row_bytes, v_row_bytes, v_start, n_head, n_head_kv, head_dim_k,
         head_dim_v, window;
     float scale;
-    uint32_t pad = 0;
+    uint32_t heads;
 };
 static_assert(sizeof(AttentionArgsGpu) <= kPushBytes);
+
+// A matmul kernel of matmul.comp: its module suffix and a workgroup's rows
+// and tokens.
+struct MatmulKernel {
+    const char* suffix;
+    uint32_t rows, tokens;
+};
+constexpr MatmulKernel kMatVec{"t1", 16, 1}, kMatVec4{"t4", 16, 4}, kTiled{"mm", 64, 64};
+// Calls of more tokens than this take the tiled kernel.
+constexpr int64_t kTiledAbove = 8;
+
+// Query heads of one KV head that an attention workgroup takes together,
+// reading each K and V row once for them: the largest divisor of the group
+// up to 8. (Taking fewer to have more workgroups in a decode step of few
+// sequences reads the cache several times: slower even on lavapipe.)
+uint32_t attention_heads_per_workgroup(uint32_t n_head, uint32_t n_head_kv) {
+    HR_CHECK(n_head_kv > 0 && n_head % n_head_kv == 0);
+    const uint32_t group = n_head / n_head_kv;
+    uint32_t h = std::min<uint32_t>(group, 8);
+    while (group % h != 0) --h;
+    return h;
+}
 static_assert(sizeof(MatmulArgs) == 96 && sizeof(NormArgs) == 48 && sizeof(ElementwiseArgs) == 24 &&
               sizeof(RopeShaderArgs) == 56 && sizeof(RowsArgs) == 40 && sizeof(StoreKvArgs) == 72 &&
               sizeof(AttentionArgsGpu) == 104);
@@ -433,6 +455,7 @@ Weight VulkanBackend::upload_matrix(const HostTensor& t, WeightUse use) {
     if (use != WeightUse::Rows) {
         wanted_modules_.push_back(fmt::format("matmul-{}-t1", shader_type(t.type)));
         wanted_modules_.push_back(fmt::format("matmul-{}-t4", shader_type(t.type)));
+        wanted_modules_.push_back(fmt::format("matmul-{}-mm", shader_type(t.type)));
     }
     if (use != WeightUse::Matmul)
         wanted_modules_.push_back(fmt::format("get-rows-{}", shader_type(t.type)));
@@ -894,7 +917,10 @@ void VulkanBackend::rmsnorm(DevPtr x, const Weight& w, float weight_offset, floa
 void VulkanBackend::matmul(std::span<const Weight* const> ws, DevPtr x, int64_t n_tokens,
                            std::span<const DevPtr> ys) {
     HR_CHECK(ws.size() == ys.size());
-    const bool tile = n_tokens > 1;
+    // The kernel (matmul.comp; all three sum in one order, so the choice
+    // never changes a bit): matrix × vector for one token, 4 tokens a
+    // workgroup for a few, tiles of 64 rows × 64 tokens through shared memory past that.
+    const MatmulKernel& k = n_tokens == 1 ? kMatVec : n_tokens <= kTiledAbove ? kMatVec4 : kTiled;
     const auto T = static_cast<uint64_t>(n_tokens);
     // Runs of up to 3 matrices of one type (so of one row size: the width is
     // the same) in one dispatch each.
@@ -920,15 +946,15 @@ void VulkanBackend::matmul(std::span<const Weight* const> ws, DevPtr x, int64_t 
             *wa[m] = address(*ws[i]);
             *ya[m] = address(ys[i]);
             *rows[m] = static_cast<uint32_t>(ws[i]->n_rows);
-            groups += div_up(ws[i]->n_rows, 16);
+            groups += div_up(ws[i]->n_rows, k.rows);
             if (m < 2) *ends[m] = groups;
             writes[m] = span(ys[i], T * ws[i]->n_rows * 4);
         }
         if (end - first == 1) a.end1 = a.end0;
         HR_CHECK_MSG(groups <= kMaxGroups, "matrices of more than 1,048,560 rows in one dispatch");
-        dispatch(ShaderName("matmul-{}-{}", shader_type(w.type), tile ? "t4" : "t1"), a,
+        dispatch(ShaderName("matmul-{}-{}", shader_type(w.type), k.suffix), a,
                  {span(x, T * w.n_cols * 4)}, {writes[0], writes[1], writes[2]}, groups,
-                 div_up(n_tokens, tile ? 4 : 1));
+                 div_up(n_tokens, k.tokens));
         first = end;
     }
 }
@@ -1104,11 +1130,13 @@ void VulkanBackend::attention(const KvLayout& kv, const StepView& step, const At
         op.head_dim_k,
         op.head_dim_v,
         op.window,
-        op.scale};
+        op.scale,
+        1};
     const uint64_t heads = uint64_t{step.n_tokens} * op.n_head;
+    a.heads = attention_heads_per_workgroup(op.n_head, op.n_head_kv);
     dispatch(ShaderName("attention-{}", kv_name(kv.dtype)), a,
              {span(op.q, heads * op.head_dim_k * 4), kv_span(kv, g), step_span(), tables_span()},
-             {span(op.out, heads * op.head_dim_v * 4)}, op.n_head, step.n_tokens);
+             {span(op.out, heads * op.head_dim_v * 4)}, op.n_head / a.heads, step.n_tokens);
 }
 
 }  // namespace headroom::kernels

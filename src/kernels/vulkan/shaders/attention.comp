@@ -26,7 +26,6 @@ layout(local_size_x = 64) in;
 #define TILE 64u
 #define MAX_HEAD 256u
 #define GROUP 8u  // query heads of a workgroup at most
-#define DIMS (MAX_HEAD / TILE)
 
 layout(push_constant) uniform Args {
     uint64_t q;           // (n_tokens, n_head, head_dim_k)
@@ -56,29 +55,53 @@ layout(push_constant) uniform Args {
 shared float qs[GROUP * MAX_HEAD];  // [head][dim]
 shared float sc[GROUP * TILE];      // [head][key]: scores, then weights e^(s - m')
 shared uint64_t base[TILE];  // where each key's block of this layer starts, once per tile
+shared float part[GROUP * TILE * 8u];  // [key set][head][dim]: the key sets' partial outputs
 
-// q_g · k for the workgroup's heads g < ng, k the K row at `row`, each in
-// dimension order (f16 rows two elements a word where aligned).
-void score(uint64_t row, uint ng, inout float dot[GROUP]) {
+// DW elements of a row read together: 16 bytes where the row allows (f16
+// and bf16: 8, f32: 4), else one at a time (Q8_0 rows, odd alignments).
+#if defined(KV_F32)
+#define DW 4u
+#else
+#define DW 8u
+#endif
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer Quads { uvec4 v[]; };
+
+// Elements [d0, d0 + DW) of the row at `row` (zero past n); `wide`: the row
+// and its first n elements sit on 16 bytes.
+void load_part(uint64_t row, uint d0, uint n, bool wide, out float v[DW]) {
+#if defined(KV_F16) || defined(KV_BF16) || defined(KV_F32)
+    if (wide) {
+        const uvec4 u = Quads(row + uint64_t(d0) * (DW == 8u ? 2u : 4u)).v[0];
+        [[unroll]] for (uint w = 0u; w < 4u; ++w) {
 #if defined(KV_F16)
-    if ((a.head_dim_k & 1u) == 0u && (row & 3ul) == 0ul) {
-        Words w = Words(row);
-        for (uint d2 = 0u; d2 < a.head_dim_k / 2u; ++d2) {
-            const vec2 k = unpackHalf2x16(w.v[d2]);
-            [[unroll]] for (uint g = 0u; g < GROUP; ++g) {
-                if (g >= ng) break;
-                dot[g] = fma(qs[g * MAX_HEAD + 2u * d2], k.x, dot[g]);
-                dot[g] = fma(qs[g * MAX_HEAD + 2u * d2 + 1u], k.y, dot[g]);
-            }
+            const vec2 h = unpackHalf2x16(u[w]);
+            v[2u * w] = h.x;
+            v[2u * w + 1u] = h.y;
+#elif defined(KV_BF16)
+            v[2u * w] = bf16_to_float(u[w] & 0xFFFFu);
+            v[2u * w + 1u] = bf16_to_float(u[w] >> 16);
+#else
+            v[w] = uintBitsToFloat(u[w]);
+#endif
         }
         return;
     }
 #endif
-    for (uint d = 0u; d < a.head_dim_k; ++d) {
-        const float k = kv_at(row, d);
-        [[unroll]] for (uint g = 0u; g < GROUP; ++g) {
-            if (g >= ng) break;
-            dot[g] = fma(qs[g * MAX_HEAD + d], k, dot[g]);
+    [[unroll]] for (uint e = 0u; e < DW; ++e) v[e] = d0 + e < n ? kv_at(row, d0 + e) : 0.0;
+}
+
+// q_g · k for the workgroup's heads g < ng, k the K row at `row`, each in
+// dimension order.
+void score(uint64_t row, uint ng, bool wide, inout float dot[GROUP]) {
+    for (uint d0 = 0u; d0 < a.head_dim_k; d0 += DW) {
+        float k[DW];
+        load_part(row, d0, a.head_dim_k, wide, k);
+        [[unroll]] for (uint e = 0u; e < DW; ++e) {
+            if (d0 + e >= a.head_dim_k) break;
+            [[unroll]] for (uint g = 0u; g < GROUP; ++g) {
+                if (g >= ng) break;
+                dot[g] = fma(qs[g * MAX_HEAD + d0 + e], k[e], dot[g]);
+            }
         }
     }
 }
@@ -101,10 +124,18 @@ void main() {
         Floats q = Floats(a.q + 4ul * (uint64_t(t) * a.n_head + h0 + g) * a.head_dim_k);
         for (uint d = j; d < a.head_dim_k; d += TILE) qs[g * MAX_HEAD + d] = q.v[d];
     }
-    float acc[GROUP][DIMS];
+    // Rows on 16 bytes: every offset that makes a row's address is a
+    // multiple of 16 (the pieces' addresses are).
+    const bool wide = ((a.block_bytes | a.layer_offset | a.k_row_bytes | a.v_row_bytes |
+                        a.v_start | a.head_dim_k * 16u / DW | a.head_dim_v * 16u / DW) & 15u) == 0u;
+    // V: lane dl of key set ks reads elements [DW dl, DW dl + DW) of keys
+    // ks, ks + n_sets, ... of each tile (lanes past n_sets × lanes idle).
+    const uint lanes = (a.head_dim_v + DW - 1u) / DW, n_sets = TILE / lanes;
+    const uint ks = j / lanes, dl = j % lanes;
+    float acc[GROUP][DW];
     float m[GROUP], l[GROUP];
     [[unroll]] for (uint g = 0u; g < GROUP; ++g) {
-        [[unroll]] for (uint k = 0u; k < DIMS; ++k) acc[g][k] = 0.0;
+        [[unroll]] for (uint e = 0u; e < DW; ++e) acc[g][e] = 0.0;
         m[g] = -1.0 / 0.0;
         l[g] = 0.0;
     }
@@ -118,7 +149,7 @@ void main() {
         if (valid) {
             const uint block = step.v[table + p / a.block_size];
             base[j] = kv_block(a.pieces, a.piece_blocks, a.block_bytes, a.layer_offset, block);
-            score(base[j] + k_head + uint64_t(p % a.block_size) * a.k_row_bytes, ng, s);
+            score(base[j] + k_head + uint64_t(p % a.block_size) * a.k_row_bytes, ng, wide, s);
         }
         [[unroll]] for (uint g = 0u; g < GROUP; ++g) {
             if (g >= ng) break;
@@ -150,30 +181,40 @@ void main() {
             for (uint i = 0u; i < n_keys; ++i) lt += sc[g * TILE + i];
             l[g] = l[g] * c[g] + lt;
         }
-        [[unroll]] for (uint k = 0u; k < DIMS; ++k) {
-            const uint d = j + k * TILE;
-            if (d >= a.head_dim_v) break;
-            float o[GROUP];
-            [[unroll]] for (uint g = 0u; g < GROUP; ++g) o[g] = acc[g][k] * c[g];
-            for (uint i = first > t0 ? first - t0 : 0u; i < n_keys; ++i) {
+        [[unroll]] for (uint g = 0u; g < GROUP; ++g)
+            [[unroll]] for (uint e = 0u; e < DW; ++e) acc[g][e] *= c[g];
+        if (ks < n_sets) {
+            const uint i0 = first > t0 ? first - t0 : 0u;
+            for (uint i = ks + (i0 > ks ? (i0 - ks + n_sets - 1u) / n_sets * n_sets : 0u);
+                 i < n_keys; i += n_sets) {
                 const uint pi = t0 + i;
-                const float v =
-                    kv_at(base[i] + v_head + uint64_t(pi % a.block_size) * a.v_row_bytes, d);
+                float v[DW];
+                load_part(base[i] + v_head + uint64_t(pi % a.block_size) * a.v_row_bytes, DW * dl,
+                          a.head_dim_v, wide, v);
                 [[unroll]] for (uint g = 0u; g < GROUP; ++g) {
                     if (g >= ng) break;
-                    o[g] = fma(sc[g * TILE + i], v, o[g]);
+                    const float w = sc[g * TILE + i];
+                    [[unroll]] for (uint e = 0u; e < DW; ++e) acc[g][e] = fma(w, v[e], acc[g][e]);
                 }
             }
-            [[unroll]] for (uint g = 0u; g < GROUP; ++g) acc[g][k] = o[g];
         }
         barrier();  // sc and base are rewritten by the next tile
     }
-    [[unroll]] for (uint g = 0u; g < GROUP; ++g) {
-        if (g >= ng) break;
+    // out = (0 + the key sets' partials in turn) / l, through shared memory.
+    if (ks < n_sets)
+        [[unroll]] for (uint g = 0u; g < GROUP; ++g) {
+            if (g >= ng) break;
+            [[unroll]] for (uint e = 0u; e < DW; ++e)
+                if (DW * dl + e < a.head_dim_v)
+                    part[(ks * ng + g) * a.head_dim_v + DW * dl + e] = acc[g][e];
+        }
+    barrier();
+    for (uint g = 0u; g < ng; ++g) {
         Floats o = Floats(a.out_ + 4ul * (uint64_t(t) * a.n_head + h0 + g) * a.head_dim_v);
-        [[unroll]] for (uint k = 0u; k < DIMS; ++k) {
-            const uint d = j + k * TILE;
-            if (d < a.head_dim_v) o.v[d] = acc[g][k] / l[g];
+        for (uint d = j; d < a.head_dim_v; d += TILE) {
+            float sum = 0.0;
+            for (uint k = 0u; k < n_sets; ++k) sum += part[(k * ng + g) * a.head_dim_v + d];
+            o.v[d] = sum / l[g];
         }
     }
 }

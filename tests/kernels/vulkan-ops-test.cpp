@@ -674,6 +674,27 @@ TEST_P(VulkanKv, StoreKvWritesTheReferenceBytesAndAttentionMatchesTheReference) 
         ref_ops().attention(a, ctx);
         float vmax = 0;
         for (float x : v) vmax = std::max(vmax, std::fabs(x));
+        // A query's result depends on its position and the cache alone: the
+        // decode token (23) and a prefill token (30) each alone in a step
+        // give the bits they got in the whole step.
+        for (const uint32_t t : {23u, 30u}) {
+            Batch one;
+            std::vector<uint32_t> one_words(1 << 12);
+            const uint32_t seq = t == 23 ? 1 : 2;
+            one.add_token(0, f.view.positions()[t], one.add_seq(&f.seqs[seq]), false);
+            const StepView one_view = make_step_view(one, *f.gpu_cache, one_words);
+            const size_t row = size_t{s.n_head} * s.head_dim;
+            Buf q1(std::vector<float>(q.begin() + t * row, q.begin() + (t + 1) * row)), out1(row);
+            AttentionOp op1 = op;
+            op1.q = q1.p;
+            op1.out = out1.p;
+            step(one_view,
+                 [&](Backend& be) { be.attention(f.gpu_cache->layout(), one_view, op1); });
+            const auto alone = out1.get();
+            for (size_t i = 0; i < row; ++i)
+                ASSERT_TRUE(same_bits(alone[i], got[t * row + i]))
+                    << "token " << t << " alone differs at element " << i;
+        }
         for (uint32_t t = 0; t < n_q; ++t) {
             const uint32_t pos = f.view.positions()[t];
             const uint32_t n_keys = pos + 1 - first_visible(pos, window);

@@ -453,9 +453,8 @@ Weight VulkanBackend::upload_matrix(const HostTensor& t, WeightUse use) {
     if (!shader_type(t.type))
         fail("the Vulkan backend has no shaders for {} weights", headroom::name(t.type));
     if (use != WeightUse::Rows) {
-        wanted_modules_.push_back(fmt::format("matmul-{}-t1", shader_type(t.type)));
-        wanted_modules_.push_back(fmt::format("matmul-{}-t4", shader_type(t.type)));
-        wanted_modules_.push_back(fmt::format("matmul-{}-mm", shader_type(t.type)));
+        for (const MatmulKernel* k : {&kMatVec, &kMatVec4, &kTiled})
+            wanted_modules_.push_back(fmt::format("matmul-{}-{}", shader_type(t.type), k->suffix));
     }
     if (use != WeightUse::Matmul)
         wanted_modules_.push_back(fmt::format("get-rows-{}", shader_type(t.type)));
@@ -919,7 +918,8 @@ void VulkanBackend::matmul(std::span<const Weight* const> ws, DevPtr x, int64_t 
     HR_CHECK(ws.size() == ys.size());
     // The kernel (matmul.comp; all three sum in one order, so the choice
     // never changes a bit): matrix × vector for one token, 4 tokens a
-    // workgroup for a few, tiles of 64 rows × 64 tokens through shared memory past that.
+    // workgroup for a few, tiles of 64 rows × 64 tokens through shared
+    // memory past that.
     const MatmulKernel& k = n_tokens == 1 ? kMatVec : n_tokens <= kTiledAbove ? kMatVec4 : kTiled;
     const auto T = static_cast<uint64_t>(n_tokens);
     // Runs of up to 3 matrices of one type (so of one row size: the width is
@@ -951,7 +951,8 @@ void VulkanBackend::matmul(std::span<const Weight* const> ws, DevPtr x, int64_t 
             writes[m] = span(ys[i], T * ws[i]->n_rows * 4);
         }
         if (end - first == 1) a.end1 = a.end0;
-        HR_CHECK_MSG(groups <= kMaxGroups, "matrices of more than 1,048,560 rows in one dispatch");
+        HR_CHECK_MSG(groups <= kMaxGroups,
+                     "matrices of more than 65,535 workgroups of rows in one dispatch");
         dispatch(ShaderName("matmul-{}-{}", shader_type(w.type), k.suffix), a,
                  {span(x, T * w.n_cols * 4)}, {writes[0], writes[1], writes[2]}, groups,
                  div_up(n_tokens, k.tokens));
@@ -1131,9 +1132,8 @@ void VulkanBackend::attention(const KvLayout& kv, const StepView& step, const At
         op.head_dim_v,
         op.window,
         op.scale,
-        1};
+        attention_heads_per_workgroup(op.n_head, op.n_head_kv)};
     const uint64_t heads = uint64_t{step.n_tokens} * op.n_head;
-    a.heads = attention_heads_per_workgroup(op.n_head, op.n_head_kv);
     dispatch(ShaderName("attention-{}", kv_name(kv.dtype)), a,
              {span(op.q, heads * op.head_dim_k * 4), kv_span(kv, g), step_span(), tables_span()},
              {span(op.out, heads * op.head_dim_v * 4)}, op.n_head / a.heads, step.n_tokens);

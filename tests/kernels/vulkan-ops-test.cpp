@@ -162,6 +162,15 @@ Weight upload_vector(const std::vector<float>& v) {
 
 class VulkanMatmul : public ::testing::TestWithParam<TensorType> {};
 
+// y (n_tokens, m's rows) = x @ m^T, one matmul step on the GPU.
+std::vector<float> gpu_matmul(const Mat& m, const std::vector<float>& x, int64_t n_tokens) {
+    Buf xb(x), yb(static_cast<size_t>(n_tokens * m.w.n_rows));
+    const Weight* ws[] = {&m.w};
+    const DevPtr ys[] = {yb.p};
+    step({}, [&](Backend& be) { be.matmul(ws, xb.p, n_tokens, ys); });
+    return yb.get();
+}
+
 // The shader's weights are the reference's bit for bit; its sum of K
 // products (16 fma chains over contiguous slices of the row, then their 16
 // partial sums added in turn) differs from the exact sum by at most
@@ -176,16 +185,12 @@ TEST_P(VulkanMatmul, MatchesTheExactDotOfTheReferenceWeightsWithinTheRoundingBou
     const bool kquant = traits(type).block_size == 256;
     const bool flt = type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16;
     const int64_t n_rows = 37;
-    for (const int64_t n_cols : {flt ? 100 : kquant ? 256 : 96, kquant ? 768 : 672})
+    for (const int64_t n_cols : {flt ? 100 : kquant ? 256 : 96, kquant ? 768 : 672}) {
+        const Mat m(type, n_rows, n_cols, 11);
         for (const int64_t n_tokens : {1, 3, 70}) {
             SCOPED_TRACE(testing::Message() << n_cols << " columns, " << n_tokens << " tokens");
-            const Mat m(type, n_rows, n_cols, 11);
             const auto x = random_vec(static_cast<size_t>(n_tokens * n_cols), 5);
-            Buf xb(x), yb(static_cast<size_t>(n_tokens * n_rows));
-            const Weight* ws[] = {&m.w};
-            const DevPtr ys[] = {yb.p};
-            step({}, [&](Backend& be) { be.matmul(ws, xb.p, n_tokens, ys); });
-            const auto y = yb.get();
+            const auto y = gpu_matmul(m, x, n_tokens);
             for (int64_t t = 0; t < n_tokens; ++t)
                 for (int64_t r = 0; r < n_rows; ++r) {
                     double exact = 0, mag = 0;
@@ -198,6 +203,7 @@ TEST_P(VulkanMatmul, MatchesTheExactDotOfTheReferenceWeightsWithinTheRoundingBou
                         << "token " << t << " row " << r;
                 }
         }
+    }
 }
 
 TEST_P(VulkanMatmul, ABatchGivesEachTokenWhatItGetsAlone) {
@@ -210,17 +216,10 @@ TEST_P(VulkanMatmul, ABatchGivesEachTokenWhatItGetsAlone) {
     for (const int64_t n_tokens : {7, 70}) {
         SCOPED_TRACE(testing::Message() << n_tokens << " tokens");
         const auto x = random_vec(static_cast<size_t>(n_tokens * n_cols), 8);
-        Buf xb(x), yb(static_cast<size_t>(n_tokens * n_rows));
-        const Weight* ws[] = {&m.w};
-        const DevPtr ys[] = {yb.p};
-        step({}, [&](Backend& be) { be.matmul(ws, xb.p, n_tokens, ys); });
-        const auto all = yb.get();
+        const auto all = gpu_matmul(m, x, n_tokens);
         for (int64_t t = 0; t < n_tokens; ++t) {
-            Buf x1(std::vector<float>(x.begin() + t * n_cols, x.begin() + (t + 1) * n_cols));
-            Buf y1(static_cast<size_t>(n_rows));
-            const DevPtr y1s[] = {y1.p};
-            step({}, [&](Backend& be) { be.matmul(ws, x1.p, 1, y1s); });
-            const auto one = y1.get();
+            const auto one = gpu_matmul(
+                m, std::vector<float>(x.begin() + t * n_cols, x.begin() + (t + 1) * n_cols), 1);
             for (int64_t r = 0; r < n_rows; ++r)
                 ASSERT_TRUE(same_bits(one[r], all[t * n_rows + r]))
                     << "token " << t << " row " << r;

@@ -14,7 +14,6 @@
 
 #include "cli/commands.h"
 #include "cli/engine-flags.h"
-#include "cli/load-model.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "engine/engine.h"
@@ -217,17 +216,15 @@ void add_bench_serve_subcommand(CLI::App& bench) {
         const Dist gen_dist = parse_dist(o->gen_len, "--gen-len");
         if (o->concurrency == 0 || o->n_requests == 0)
             fail("--requests and --concurrency must be at least 1");
-        RunnerOptions ro = runner_options(o->engine, std::max<uint32_t>(16, o->concurrency));
-        BackendOptions bo = backend_options(o->engine, ro);
-        bo.progress = !o->json;
-        LoadedModel lm = open_model(o->engine.model, bo);
-        load_weights(lm, ro, bo);
-        Runner runner(*lm.model, lm.desc, ro, *lm.backend, lm.cpu.get());
-        make_resident(lm, !o->json);
-        EngineMetrics metrics;
-        Engine engine(runner, *lm.tokenizer, metrics);
+        InstanceOptions io = instance_options(o->engine, std::max<uint32_t>(16, o->concurrency));
+        io.progress = !o->json;
+        Instance inst(o->engine.model);
+        inst.load(io);
+        Runner& runner = inst.runner();
+        Engine& engine = inst.engine();
+        EngineMetrics& metrics = inst.metrics();
         const std::vector<GenerateRequest> requests = make_requests(
-            *lm.tokenizer, o->n_requests, prompt_dist, gen_dist, o->shared_prefix, o->seed);
+            inst.tokenizer(), o->n_requests, prompt_dist, gen_dist, o->shared_prefix, o->seed);
 
         engine.start();
         const LoadRun run = run_load(engine, requests, o->concurrency);
@@ -235,7 +232,7 @@ void add_bench_serve_subcommand(CLI::App& bench) {
 
         const Summary s = summarise(run.outcomes);
         const double duration_s = run.duration_s;
-        const auto snap = sum_ledgers(lm.backend->snapshots());
+        const auto snap = sum_ledgers(inst.backend().snapshots());
         const double hit_rate = metrics.prefix_query_tokens
                                     ? static_cast<double>(metrics.prefix_hit_tokens) /
                                           static_cast<double>(metrics.prefix_query_tokens)
@@ -249,7 +246,7 @@ void add_bench_serve_subcommand(CLI::App& bench) {
                                       {"p99", percentile(v, 0.99)}};
             };
             const nlohmann::json j = {
-                {"model", lm.desc.source},
+                {"model", inst.desc().source},
                 {"requests", o->n_requests},
                 {"concurrency", o->concurrency},
                 {"completed", s.n_completed},

@@ -25,7 +25,6 @@
 
 #include "cli/commands.h"
 #include "cli/engine-flags.h"
-#include "cli/load-model.h"
 #include "core/error.h"
 #include "core/region.h"
 #include "core/thread-pool.h"
@@ -162,35 +161,27 @@ struct Opts {
 void run_bench(const Opts& o) {
     if (o.n_prompt == 0 && o.n_gen == 0) fail("bench: -p and -n are both 0, nothing to measure");
     if (o.reps < 1) fail("bench: -r {} must be at least 1", o.reps);
-    RunnerOptions ro = runner_options(o.engine, 1);
-    BackendOptions bo = backend_options(o.engine, ro);
-    bo.progress = !o.json;
-    LoadedModel lm = open_model(o.engine.model, bo);
-    ro.prefix_caching = false;  // every repetition computes its prompt
+    InstanceOptions io = instance_options(o.engine, 1);
+    io.progress = !o.json;
+    io.runner.prefix_caching = false;  // every repetition computes its prompt
+    // Exactly one sequence's KV, rather than what --mem-fraction leaves.
+    io.one_sequence_pool = true;
+    EngineConfig& c = io.settings.config;
     const uint32_t n_ctx = o.n_prompt + o.n_gen + 1;
-    if (ro.config.max_model_len == 0) ro.config.max_model_len = n_ctx;
-    if (ro.config.max_model_len < n_ctx)
-        fail("--max-model-len {} is less than -p + -n + 1 = {}", ro.config.max_model_len, n_ctx);
-    if (ro.config.max_num_batched_tokens == 0)
-        ro.config.max_num_batched_tokens = std::clamp<uint32_t>(o.n_prompt, 1, 512);
-    ro.config.max_logit_rows = 1;
-    load_weights(lm, ro, bo);
-    const Model& model = *lm.model;
+    if (c.max_model_len == 0) c.max_model_len = n_ctx;
+    if (c.max_model_len < n_ctx)
+        fail("--max-model-len {} is less than -p + -n + 1 = {}", c.max_model_len, n_ctx);
+    if (c.max_num_batched_tokens == 0)
+        c.max_num_batched_tokens = std::clamp<uint32_t>(o.n_prompt, 1, 512);
+    c.max_logit_rows = 1;
+    Instance inst(o.engine.model);
+    inst.load(io);
+    const Model& model = inst.model();
     const HParams& hp = model.hparams();
-    if (o.engine.kv_cache_memory.empty()) {
-        // Exactly one sequence's worth, rather than what --mem-fraction leaves.
-        BudgetSpec probe = ro.budget;
-        probe.kv_cache_bytes = 1;
-        EngineConfig placed = ro.config;
-        placed.device = lm.backend->ledger().device();
-        placed.n_cpu_layers = model.n_cpu_layers();
-        ro.budget.kv_cache_bytes = plan_memory(lm.desc, placed, probe).kv_bytes_per_seq;
-    }
-    Runner runner(model, lm.desc, ro, *lm.backend, lm.cpu.get());
-    make_resident(lm, !o.json);
+    Runner& runner = inst.runner();
     // The read-bandwidth probe is the CPU's; a GPU's decode is reported in
     // bytes per second alone.
-    auto* cpu = dynamic_cast<kernels::CpuBackend*>(lm.backend.get());
+    auto* cpu = dynamic_cast<kernels::CpuBackend*>(&inst.backend());
     const int n_threads = cpu ? cpu->pool().n_threads() : 0;
     // The bandwidth is measured next to each decode phase: another tenant's
     // load changes it within seconds on a shared machine.
@@ -279,8 +270,8 @@ void run_bench(const Opts& o) {
     const Stats pps = stats(pp), tgs = stats(tg), fracs = stats(frac);
     const double tg_gbps = tgs.mean * step_bytes / 1e9;
     const double bandwidth = stats(bw).mean;
-    const std::string isa = cpu ? cpu->ops().name : lm.backend->name();
-    const std::string precision(kernels::name(ro.act_precision));
+    const std::string isa = cpu ? cpu->ops().name : inst.backend().name();
+    const std::string precision(kernels::name(io.runner.act_precision));
 
     if (o.json) {
         nlohmann::json j;
@@ -303,8 +294,8 @@ void run_bench(const Opts& o) {
         j["tg_fraction_of_bandwidth"] = fracs.mean;
         j["tg_fraction_runs"] = frac;
         // The last decode step's traffic between host and device (zero on the CPU).
-        const kernels::StepStats st = lm.backend->last_step();
-        j["backend"] = lm.backend->name();
+        const kernels::StepStats st = inst.backend().last_step();
+        j["backend"] = inst.backend().name();
         j["n_cpu_layers"] = model.n_cpu_layers();
         j["decode_step"] = {{"submits", st.n_submits},
                             {"waits", st.n_waits},
@@ -343,7 +334,7 @@ void run_bench(const Opts& o) {
         fmt::print("{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s effective, {:.0f}% of read bandwidth\n",
                    fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps, 100 * fracs.mean);
     else if (o.n_gen) {
-        const kernels::StepStats st = lm.backend->last_step();
+        const kernels::StepStats st = inst.backend().last_step();
         fmt::print(
             "{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s of weights and KV read; a step: {} "
             "submission, {} wait, {} dispatches, {} barriers, {}, {} B up, {} B down\n",

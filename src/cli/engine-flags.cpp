@@ -5,7 +5,6 @@
 #include "core/error.h"
 #include "core/thread-pool.h"
 #include "core/units.h"
-#include "memory/budget.h"
 
 namespace headroom::cli {
 
@@ -77,55 +76,48 @@ int thread_count(int requested, const char* flag) {
     return requested;
 }
 
-BackendOptions backend_options(const EngineFlags& f, const RunnerOptions& runner) {
-    BackendOptions b;
-    b.n_threads = runner.config.n_threads;
-    b.device = parse_device(f.device);
-    if (!f.device_memory.empty()) {
-        b.device_memory_bytes = parse_bytes_or_throw(f.device_memory, "--device-memory");
-        if (b.device_memory_bytes == 0) fail("--device-memory must be more than 0");
+InstanceOptions instance_options(const EngineFlags& f, uint32_t default_num_seqs) {
+    InstanceOptions o;
+    EngineConfig& c = o.settings.config;
+    c.max_model_len = f.max_model_len;
+    c.max_num_seqs = f.max_num_seqs ? f.max_num_seqs : default_num_seqs;
+    c.max_num_batched_tokens = f.max_num_batched_tokens;
+    c.block_size = f.block_size;
+    const auto dtype = kv_dtype_from_name(f.kv_dtype);
+    if (!dtype) fail("--kv-dtype '{}': expected f16, bf16, f32 or q8_0", f.kv_dtype);
+    c.kv_dtype = *dtype;
+    c.n_threads = static_cast<uint32_t>(thread_count(f.threads, "--threads"));
+    c.swa_full = f.swa_full;
+    o.runner.prefix_caching = f.prefix_caching;
+    if (!f.act_precision.empty()) {
+        const auto p = kernels::act_precision_from_name(f.act_precision);
+        if (!p) fail("--act-precision '{}': expected int8, int16 or f32", f.act_precision);
+        o.runner.act_precision = *p;
     }
-    if (!f.reserve.empty()) b.reserve_bytes = parse_bytes_or_throw(f.reserve, "--reserve");
-    if (b.device.kind == DeviceKind::Cpu && (b.device_memory_bytes || b.reserve_bytes))
+    if (!f.kv_cache_memory.empty()) {
+        o.settings.kv_cache_bytes = parse_bytes_or_throw(f.kv_cache_memory, "--kv-cache-memory");
+        if (o.settings.kv_cache_bytes == 0) fail("--kv-cache-memory must be more than 0");
+    }
+    o.settings.mem_fraction = f.mem_fraction;
+    o.device = parse_device(f.device);
+    if (!f.device_memory.empty()) {
+        o.device_memory_bytes = parse_bytes_or_throw(f.device_memory, "--device-memory");
+        if (o.device_memory_bytes == 0) fail("--device-memory must be more than 0");
+    }
+    if (!f.reserve.empty()) o.reserve_bytes = parse_bytes_or_throw(f.reserve, "--reserve");
+    if (o.device.kind == DeviceKind::Cpu && (o.device_memory_bytes || o.reserve_bytes))
         fail(
             "--device-memory and --reserve are for a GPU (--device vulkan); the CPU's budget is "
             "--mem-fraction of host memory or --kv-cache-memory");
-    b.mem_fraction = runner.budget.mem_fraction;
     if (!f.n_gpu_layers.empty()) {
-        b.gpu_layers = parse_gpu_layers(f.n_gpu_layers);
-        const bool none = b.gpu_layers.kind == GpuLayers::Kind::Count && b.gpu_layers.count == 0;
-        if (b.device.kind == DeviceKind::Cpu && !none)
+        o.gpu_layers = parse_gpu_layers(f.n_gpu_layers);
+        const bool none = o.gpu_layers->kind == GpuLayers::Kind::Count && o.gpu_layers->count == 0;
+        if (o.device.kind == DeviceKind::Cpu && !none)
             fail(
                 "--n-gpu-layers {} needs a GPU: add --device vulkan (`headroom devices` lists "
                 "them)",
                 f.n_gpu_layers);
     }
-    return b;
-}
-
-RunnerOptions runner_options(const EngineFlags& f, uint32_t default_num_seqs) {
-    RunnerOptions o;
-    o.config.max_model_len = f.max_model_len;
-    o.config.max_num_seqs = f.max_num_seqs ? f.max_num_seqs : default_num_seqs;
-    o.config.max_num_batched_tokens = f.max_num_batched_tokens;
-    o.config.block_size = f.block_size;
-    const auto dtype = kv_dtype_from_name(f.kv_dtype);
-    if (!dtype) fail("--kv-dtype '{}': expected f16, bf16, f32 or q8_0", f.kv_dtype);
-    o.config.kv_dtype = *dtype;
-    o.config.n_threads = static_cast<uint32_t>(thread_count(f.threads, "--threads"));
-    o.prefix_caching = f.prefix_caching;
-    if (!f.act_precision.empty()) {
-        const auto p = kernels::act_precision_from_name(f.act_precision);
-        if (!p) fail("--act-precision '{}': expected int8, int16 or f32", f.act_precision);
-        o.act_precision = *p;
-    }
-    o.config.swa_full = f.swa_full;
-    if (!f.kv_cache_memory.empty()) {
-        o.budget.kv_cache_bytes = parse_bytes_or_throw(f.kv_cache_memory, "--kv-cache-memory");
-        if (o.budget.kv_cache_bytes == 0) fail("--kv-cache-memory must be more than 0");
-    }
-    o.budget.device_bytes = detect_host_memory().total_bytes;
-    o.budget.mem_fraction = f.mem_fraction;
     return o;
 }
 

@@ -1,12 +1,11 @@
 // The memory and engine flags `run`, `serve`, `bench` and `eval` share, and
-// how they become a runner configuration.
+// how they become what an engine instance is asked (engine/instance.h).
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <string>
 
-#include "cli/load-model.h"
-#include "engine/runner.h"
+#include "engine/instance.h"
 
 namespace headroom::cli {
 
@@ -38,11 +37,9 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& flags, uint32_t default_num_se
 // negative count is an error naming `flag`.
 int thread_count(int requested, const char* flag);
 
-// Resolves flags into runner options (detecting host memory for --mem-fraction).
-// Throws headroom::Error for a bad value, naming the flag.
-RunnerOptions runner_options(const EngineFlags& flags, uint32_t default_num_seqs);
-
-// The backend --device names, with its own flags.
-BackendOptions backend_options(const EngineFlags& flags, const RunnerOptions& runner);
+// Resolves the flags into what an instance is asked (the thread count
+// resolved, the budget's knobs, the device and its memory). Throws
+// headroom::Error for a bad value, naming the flag.
+InstanceOptions instance_options(const EngineFlags& flags, uint32_t default_num_seqs);
 
 }  // namespace headroom::cli

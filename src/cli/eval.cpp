@@ -11,7 +11,6 @@
 
 #include "cli/commands.h"
 #include "cli/engine-flags.h"
-#include "cli/load-model.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "format/gguf-reader.h"
@@ -69,38 +68,34 @@ void add_eval_command(CLI::App& app) {
         "Write the scored token ids here: int32, one per position (what -f tokenized to)");
     cmd->add_option("--ctx", o->ctx, "Window size in tokens (default: all tokens in one window)");
     cmd->callback([o] {
-        RunnerOptions ro = runner_options(o->engine, 1);
-        const BackendOptions bo = backend_options(o->engine, ro);
-        LoadedModel lm = open_model(o->engine.model, bo);
+        InstanceOptions io = instance_options(o->engine, 1);
+        Instance inst(o->engine.model);
         std::vector<int32_t> tokens;
         if (!o->text_file.empty()) {
             std::ifstream in(o->text_file, std::ios::binary);
             if (!in) fail("-f {}: cannot read", o->text_file);
             std::stringstream ss;
             ss << in.rdbuf();
-            tokens = lm.tokenizer->encode(ss.str(), true, false);
+            tokens = inst.tokenizer().encode(ss.str(), true, false);
         } else if (!o->tokens.empty()) {
             tokens = parse_token_list(o->tokens);
         } else {
             fail("eval: give --tokens IDS or -f FILE");
         }
         if (tokens.size() < 2) fail("--tokens: need at least 2 tokens to score");
-        const uint32_t n_vocab = lm.desc.hp.n_vocab;
+        const uint32_t n_vocab = inst.desc().hp.n_vocab;
         for (int32_t t : tokens)
             if (static_cast<uint32_t>(t) >= n_vocab)
                 fail("--tokens: id {} is outside the vocabulary of {}", t, n_vocab);
         const uint32_t ctx = o->ctx ? o->ctx : static_cast<uint32_t>(tokens.size());
-        if (ro.config.max_model_len == 0) ro.config.max_model_len = ctx;
-        if (ro.config.max_model_len < ctx)
-            fail("--ctx {} exceeds --max-model-len {}", ctx, ro.config.max_model_len);
-        if (ro.config.max_num_batched_tokens == 0)
-            ro.config.max_num_batched_tokens = std::min<uint32_t>(ctx, 512);
-        ro.config.max_logit_rows = ro.config.max_num_batched_tokens;
-        ro.prefix_caching = false;
-        load_weights(lm, ro, bo);
-        const Model* model = lm.model.get();
-        Runner runner(*model, lm.desc, ro, *lm.backend, lm.cpu.get());
-        make_resident(lm, true);
+        EngineConfig& c = io.settings.config;
+        if (c.max_model_len == 0) c.max_model_len = ctx;
+        if (c.max_model_len < ctx) fail("--ctx {} exceeds --max-model-len {}", ctx, c.max_model_len);
+        if (c.max_num_batched_tokens == 0) c.max_num_batched_tokens = std::min<uint32_t>(ctx, 512);
+        c.max_logit_rows = c.max_num_batched_tokens;
+        io.runner.prefix_caching = false;
+        inst.load(io);
+        Runner& runner = inst.runner();
 
         std::unique_ptr<FILE, int (*)(FILE*)> out(nullptr, &std::fclose);
         if (!o->logits_out.empty()) {

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/load-model.h"
+#include "engine/instance.h"
 #include "cli/plan-model.h"
 #include "cli/plan-svg.h"
 #include "core/error.h"
@@ -279,16 +279,11 @@ json devices_json(const MemoryPlan& mp) {
 
 // What --n-gpu-layers auto does on a GPU with these settings: the engine's
 // placement, as n_gpu_layers and the other engines' flags.
-struct AutoLayers {
-    bool known = false;  // a GPU plan of a model with layers
-    LayerPlacement placed;
-    Plan plan;  // its plan (when placed.on_gpu)
-    uint32_t n_layer = 0;
-    uint32_t n_gpu_layers() const { return placed.on_gpu ? n_layer - placed.n_cpu_layers : 0; }
-};
+using AutoLayers = std::optional<Deployment::Auto>;
 
-json auto_layers_json(const PlanModel& m, const Device& d, const AutoLayers& a) {
-    if (!a.known) return nullptr;
+json auto_layers_json(const PlanModel& m, const Device& d, const AutoLayers& auto_layers) {
+    if (!auto_layers) return nullptr;
+    const Deployment::Auto& a = *auto_layers;
     const bool on = a.placed.on_gpu && a.plan.mem.fits;
     return {{"n_gpu_layers", a.n_gpu_layers()},
             {"n_cpu_layers", a.placed.on_gpu ? a.placed.n_cpu_layers : a.n_layer},
@@ -457,8 +452,9 @@ void print_compare(const PlanModel& m, const Device& d, const Plan& base,
                format_bytes(base.mem.kv_bytes_per_seq), c.max_model_len);
 }
 
-void print_auto_layers(const PlanModel& m, const Device& d, const AutoLayers& a) {
-    if (!a.known) return;
+void print_auto_layers(const PlanModel& m, const Device& d, const AutoLayers& auto_layers) {
+    if (!auto_layers) return;
+    const Deployment::Auto& a = *auto_layers;
     fmt::print("\n--n-gpu-layers auto (what run and serve place): ");
     if (!a.placed.on_gpu) {
         fmt::print("every layer on the CPU: {}\n", a.placed.note);
@@ -771,48 +767,30 @@ void add_plan_command(CLI::App& app) {
         pins.cpu_layers = cpu->count() > 0;
         pins.cpu_moe = moe->count() > 0;
 
-        // --n-gpu-layers auto, as the engine places the layers (the plan's
-        // own layers when given, else reported with --fit and --json).
-        AutoLayers auto_layers;
-        const uint32_t n_layer = model.desc.hp.n_layer;
-        if (device.gpu && n_layer > 0 && !pins.cpu_layers) {
-            auto_layers.known = true;
-            auto_layers.n_layer = n_layer;
-            auto_layers.placed = place_for(model, device, s, {});
-            if (auto_layers.placed.on_gpu) {
-                PlanSettings t = s;
-                t.config.n_cpu_layers = auto_layers.placed.n_cpu_layers;
-                auto_layers.plan = evaluate(model, device, t);
-            }
-            // headroom's own GPU backend places them by auto unless told.
-            if (ngl->count() || device.vulkan_index) {
-                pins.cpu_layers = true;
-                const LayerPlacement asked =
-                    ngl->count() ? place_for(model, device, s, parse_gpu_layers(o->n_gpu_layers))
-                                 : auto_layers.placed;
-                if (asked.on_gpu) {
-                    s.config.n_cpu_layers = asked.n_cpu_layers;
-                } else {
-                    // As the engine does: every layer on the CPU.
-                    if (!o->json) fmt::print("note: {}\n", asked.note);
-                    device = host_device();
-                    s.reserve_bytes = 0;
-                }
-            }
-        } else if (ngl->count()) {
-            const GpuLayers asked = parse_gpu_layers(o->n_gpu_layers);
-            if (asked.kind != GpuLayers::Kind::Count || asked.count != 0)
-                fail(
-                    "--n-gpu-layers {} needs a GPU device (--device vulkan, a GPU of the table or "
-                    "--device-memory)",
-                    o->n_gpu_layers);
-        }
+        // The deployment run and serve would make (placement by --n-gpu-layers,
+        // auto on headroom's own GPU; a GPU of the table as asked, auto
+        // reported with --fit and --json).
+        DeploymentRequest request;
+        request.device = device;
+        request.settings = s;
+        request.cpu_layers_pinned = pins.cpu_layers;
+        if (ngl->count()) request.gpu_layers = parse_gpu_layers(o->n_gpu_layers);
+        const Deployment deployment = plan_deployment(model.desc, request);
+        if (deployment.auto_layers && (request.gpu_layers || device.vulkan_index))
+            pins.cpu_layers = true;
+        if (deployment.on_cpu_instead && !o->json)
+            fmt::print("note: {}\n", deployment.placement_note);
+        device = deployment.device;
+        // The searches and comparisons start from the deployment's placement.
+        s.config.n_cpu_layers = deployment.plan.settings.config.n_cpu_layers;
+        s.reserve_bytes = deployment.plan.settings.reserve_bytes;
+        const AutoLayers& auto_layers = deployment.auto_layers;
 
         if (device.vulkan_index && model.desc.hp.n_expert > 0 && !o->json)
             fmt::print(
                 "note: headroom's Vulkan backend does not run mixtures of experts yet (run and "
                 "serve refuse this model on it): this is the memory it would take\n");
-        const Plan plan = evaluate(model, device, s);
+        const Plan& plan = deployment.plan;
         const Capacity cap = capacity(model, device, s);
         // Searching and comparing start from the context the plan resolved.
         s.config.max_model_len = plan.mem.config.max_model_len;

@@ -16,7 +16,6 @@
 
 #include "cli/commands.h"
 #include "cli/engine-flags.h"
-#include "cli/load-model.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/units.h"
@@ -246,15 +245,13 @@ void add_run_command(CLI::App& app) {
         }
         // Every sample or beam of the request runs as a sequence of its own.
         const uint32_t width = std::max({o->n_choices, o->best_of, o->beam_width});
-        RunnerOptions ro = runner_options(o->engine, width);
-        BackendOptions bo = backend_options(o->engine, ro);
-        bo.progress = !o->quiet;
-        LoadedModel lm = open_model(o->engine.model, bo);
-        load_weights(lm, ro, bo);
-        Runner runner(*lm.model, lm.desc, ro, *lm.backend, lm.cpu.get());
-        make_resident(lm, !o->quiet);
-        EngineMetrics metrics;
-        Engine engine(runner, *lm.tokenizer, metrics);
+        InstanceOptions io = instance_options(o->engine, width);
+        io.progress = !o->quiet;
+        Instance inst(o->engine.model);
+        inst.load(io);
+        Runner& runner = inst.runner();
+        Engine& engine = inst.engine();
+        EngineMetrics& metrics = inst.metrics();
         const uint32_t max_len = runner.plan().config.max_model_len;
         std::signal(SIGINT, on_sigint);
 
@@ -265,7 +262,7 @@ void add_run_command(CLI::App& app) {
                                     : std::min<uint32_t>(room, static_cast<uint32_t>(o->n_predict));
         };
         if (!o->chat) {
-            auto tokens = lm.tokenizer->encode(o->prompt, true, true);
+            auto tokens = inst.tokenizer().encode(o->prompt, true, true);
             GenerationStats stats;
             generate(engine, *o, tokens,
                      sampling_from(*o, std::max<uint32_t>(1, max_tokens_for(tokens.size()))),
@@ -280,7 +277,7 @@ void add_run_command(CLI::App& app) {
                            stats.n_kv_shared_peak, format_bytes(stats.n_kv_shared_peak * bb));
             }
         } else {
-            const ChatTemplate tmpl = ChatTemplate::from_gguf(*lm.file);
+            const ChatTemplate tmpl = ChatTemplate::from_gguf(inst.file());
             if (!o->quiet)
                 fmt::print(stderr, "chat ({} template); empty line or Ctrl-D to quit\n",
                            tmpl.source());
@@ -294,7 +291,7 @@ void add_run_command(CLI::App& app) {
                 messages.push_back({"user", line});
                 const std::string text = tmpl.apply(messages, true);
                 // The template writes BOS itself where the model wants it.
-                auto tokens = lm.tokenizer->encode(text, false, true);
+                auto tokens = inst.tokenizer().encode(text, false, true);
                 if (tokens.size() + 1 >= max_len) {
                     fmt::print(stderr,
                                "the conversation has {} tokens, max_model_len is {}: start over\n",
@@ -313,12 +310,12 @@ void add_run_command(CLI::App& app) {
             }
         }
         process.rss_bytes = current_rss_bytes();
-        const std::vector<LedgerSnapshot> snap = lm.backend->snapshots();
+        const std::vector<LedgerSnapshot> snap = inst.backend().snapshots();
         if (!o->quiet)
             fmt::print(stderr, "{}\n",
                        memory_summary_line(runner.plan(), snap, runner.cache(), process));
-        const BackendTraffic traffic{lm.backend->name(), lm.backend->last_step(),
-                                     lm.backend->totals(), metrics.n_steps.load()};
+        const BackendTraffic traffic{inst.backend().name(), inst.backend().last_step(),
+                                     inst.backend().totals(), metrics.n_steps.load()};
         if (o->memory_report)
             fmt::print(stderr, "{}{}",
                        memory_report_table(runner.plan(), snap, runner.cache(), process),
@@ -329,7 +326,7 @@ void add_run_command(CLI::App& app) {
             nlohmann::json report =
                 memory_report_json(runner.plan(), snap, runner.cache(), process);
             report["backend"] = traffic_json(traffic);
-            add_allocations(report, *lm.backend);
+            add_allocations(report, inst.backend());
             report["kv_sharing"] = {{"blocks_shared", metrics.kv_blocks_shared.load()},
                                     {"bytes_saved", metrics.kv_shared_bytes.load()},
                                     {"bytes_saved_peak", metrics.kv_shared_bytes_peak.load()}};

@@ -20,7 +20,6 @@
 
 #include "cli/commands.h"
 #include "cli/engine-flags.h"
-#include "cli/load-model.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "engine/engine.h"
@@ -147,30 +146,28 @@ void serve(ServeOptions& o) {
     fmt::print(stderr, "headroom serve: listening on http://{}:{} (loading {})\n", sc.host,
                http.port(), o.engine.model);
 
-    RunnerOptions ro = runner_options(o.engine, 32);
-    BackendOptions bo = backend_options(o.engine, ro);
-    bo.progress = !o.quiet;
-    LoadedModel lm = open_model(o.engine.model, bo);
-    load_weights(lm, ro, bo);
-    Runner runner(*lm.model, lm.desc, ro, *lm.backend, lm.cpu.get());
-    make_resident(lm, !o.quiet);
-    const ChatTemplate chat_template = ChatTemplate::from_gguf(*lm.file);
-    EngineMetrics metrics;
-    Engine engine(runner, *lm.tokenizer, metrics);
+    InstanceOptions io = instance_options(o.engine, 32);
+    io.progress = !o.quiet;
+    Instance inst(o.engine.model);
+    inst.load(io);
+    Runner& runner = inst.runner();
+    const ChatTemplate chat_template = ChatTemplate::from_gguf(inst.file());
+    Engine& engine = inst.engine();
+    EngineMetrics& metrics = inst.metrics();
 
     server::ServedModel served;
     served.name = name;
     served.engine = &engine;
     served.metrics = &metrics;
-    served.tokenizer = lm.tokenizer.get();
+    served.tokenizer = &inst.tokenizer();
     served.chat_template = &chat_template;
-    served.ledgers = lm.backend->ledgers();
-    served.backend = lm.backend->name();
+    served.ledgers = inst.backend().ledgers();
+    served.backend = inst.backend().name();
     served.max_model_len = runner.plan().config.max_model_len;
     served.created_s = unix_time_s();
     served.rss_start_bytes = process.rss_start_bytes;
     served.model_path = o.engine.model;
-    served.architecture = lm.desc.hp.arch;
+    served.architecture = inst.desc().hp.arch;
     served.max_num_seqs = runner.plan().config.max_num_seqs;
     served.kv_capacity_tokens =
         uint64_t{runner.cache().pool(0).n_blocks()} * runner.cache().block_size();
@@ -178,10 +175,10 @@ void serve(ServeOptions& o) {
     // Taken before the engine thread starts: the only time the KV pool may
     // be read from this thread.
     served.memory_report =
-        memory_report_json(runner.plan(), lm.backend->snapshots(), runner.cache(), process);
-    add_allocations(served.memory_report, *lm.backend);
+        memory_report_json(runner.plan(), inst.backend().snapshots(), runner.cache(), process);
+    add_allocations(served.memory_report, inst.backend());
     const std::string summary =
-        memory_summary_line(runner.plan(), lm.backend->snapshots(), runner.cache(), process);
+        memory_summary_line(runner.plan(), inst.backend().snapshots(), runner.cache(), process);
 
     signals.set_loading(false);
     engine.start();

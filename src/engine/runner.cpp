@@ -42,11 +42,19 @@ MemoryPlan fitted_plan(const ModelDesc& desc, const EngineConfig& config,
 
 Runner::Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& options,
                kernels::Backend& backend, kernels::Backend* cpu)
+    : Runner(model, fitted_plan(desc, on_device(options.config, backend, model), options.budget),
+             options, backend, cpu) {}
+
+Runner::Runner(const Model& model, MemoryPlan plan, const RunnerSettings& options,
+               kernels::Backend& backend, kernels::Backend* cpu)
     : model_(model),
-      plan_(fitted_plan(desc, on_device(options.config, backend, model), options.budget)),
+      plan_(std::move(plan)),
       backend_(backend),
       cpu_(model.n_cpu_layers() > 0 ? cpu : nullptr) {
     HR_CHECK_MSG(model.n_cpu_layers() == 0 || cpu_, "a split model needs the CPU's backend");
+    HR_CHECK_MSG(plan_.config.device == backend.ledger().device() &&
+                     plan_.config.n_cpu_layers == model.n_cpu_layers(),
+                 "the plan is for another device or another split than the model's");
     if (!plan_.fits) throw Error(plan_.refusal);
     if (plan_.config.max_model_len > model.hparams().n_ctx_train && model.hparams().n_ctx_train > 0)
         fmt::print(stderr, "warning: --max-model-len {} exceeds the model's trained context {}\n",

@@ -20,23 +20,35 @@
 
 namespace headroom {
 
-struct RunnerOptions {
-    EngineConfig config;
-    BudgetSpec budget;
+// What the runner chooses beyond the plan's sizes.
+struct RunnerSettings {
     bool prefix_caching = true;
     // How matmuls against quantized weights take activations (kernels.h).
     kernels::ActPrecision act_precision = kernels::default_act_precision();
 };
 
+// A configuration and budget for the runner to plan itself (tests, tools
+// that place nothing); the commands run a deployment's plan instead.
+struct RunnerOptions : RunnerSettings {
+    EngineConfig config;
+    BudgetSpec budget;
+};
+
 class Runner {
   public:
+    // Takes the KV region and the arena from `backend` as `plan` sizes them
+    // (a deployment's, memory/deployment.h: its config.device is the
+    // backend's and its config.n_cpu_layers the model's split), reserves the
+    // runtime in the host ledger, and refuses a plan that does not fit
+    // (headroom::Error carrying its refusal). A split model
+    // (model.n_cpu_layers() > 0) runs its first layers on `cpu`, which holds
+    // their weights, KV groups and an arena of their own.
+    Runner(const Model& model, MemoryPlan plan, const RunnerSettings& settings,
+           kernels::Backend& backend, kernels::Backend* cpu = nullptr);
     // Plans memory with `desc` (whose tokenizer_bytes should be the loaded
     // tokenizer's), refuses a configuration that cannot serve one sequence
     // of max_model_len (headroom::Error carrying the plan's refusal), then
-    // takes the KV region and the arena from `backend` (which holds the
-    // model's weights) and reserves the runtime in the host ledger. A split
-    // model (model.n_cpu_layers() > 0) runs its first layers on `cpu`, which
-    // holds their weights, KV groups and an arena of their own.
+    // then runs that plan on `backend` (which holds the model's weights).
     Runner(const Model& model, const ModelDesc& desc, const RunnerOptions& options,
            kernels::Backend& backend, kernels::Backend* cpu = nullptr);
     ~Runner();

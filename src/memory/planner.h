@@ -3,7 +3,9 @@
 // reports, tries or ranks is one call of plan_memory (memory/terms.h), the
 // function the engine sizes its KV pool, arena and runtime with; the planner
 // only chooses the inputs (which weight bytes, which device budget, which
-// knobs) and explains the result.
+// knobs) and explains the result. The deployment it starts from (budget,
+// placement, threads, fitted context) is plan_deployment's, the same
+// decision run and serve execute (memory/deployment.h).
 //
 // Budget on a device: (memory - reserve) × mem_fraction. --reserve keeps
 // memory for other processes and comes off before the fraction; the fraction
@@ -17,18 +19,13 @@
 #include <vector>
 
 #include "core/units.h"
+#include "memory/deployment.h"
 #include "memory/device-table.h"
 #include "memory/terms.h"
 #include "memory/weight-estimate.h"
 #include "shape/model-shape.h"
 
 namespace headroom {
-
-// A CUDA context with lazy module loading (CUDA >= 11.7) holds about 300 MiB
-// (pytorch/pytorch#107667); it grows with the SM count, 555 MiB on a 188-SM
-// card (ggml-org/llama.cpp#23604). 512 MiB covers current data-center GPUs
-// and leaves cuBLAS a workspace.
-inline constexpr uint64_t kCudaContextBytes = 512 * MiB;
 
 // What is planned: a model and the weight bytes of one weight type.
 struct PlanModel {
@@ -54,41 +51,10 @@ PlanModel plan_model_from_shape(const ModelShape& shape, const std::string& sour
 // The same model in another weight type (an estimate from its tensors).
 PlanModel requantized(const PlanModel& model, WeightType type);
 
-struct PlanSettings {
-    EngineConfig config;  // zeros are resolved by plan_memory (max_model_len: trained context)
-    double mem_fraction = 0.9;
-    uint64_t kv_cache_bytes = 0;  // --kv-cache-memory
-    uint64_t reserve_bytes = 0;   // --reserve
-};
-
-BudgetSpec budget_for(const Device& device, const PlanSettings& settings);
-
-struct Plan {
-    PlanSettings settings;
-    MemoryPlan mem;
-    // Set when the trained context did not fit and mem is for the longest
-    // that does (the context was not pinned): the line that says so.
-    std::string context_note;
-    uint64_t host_bytes = 0;  // layers left on the CPU: their weights and KV
-    // Every one of max_num_seqs sequences at max_model_len at once (mem.fits
-    // needs only one; the others would wait for KV blocks).
-    bool fits_all() const {
-        return mem.fits && mem.max_num_seqs_at_max_model_len >= mem.config.max_num_seqs;
-    }
-    // What the budget has left (on a GPU, of the GPU's terms).
-    uint64_t free_bytes() const {
-        const uint64_t used = mem.budgeted_bytes();
-        return mem.budget_bytes > used ? mem.budget_bytes - used : 0;
-    }
-};
-
-Plan evaluate(const PlanModel& model, const Device& device, const PlanSettings& settings);
-
-// --n-gpu-layers on a GPU: where the engine's placement (place_layers) puts
-// the layers with these settings' budget; settings.config.n_threads is the
-// CPU part's (0: physical cores).
-LayerPlacement place_for(const PlanModel& model, const Device& device, const PlanSettings& settings,
-                         GpuLayers layers);
+// One configuration of the model on the device (memory/deployment.h).
+inline Plan evaluate(const PlanModel& model, const Device& device, const PlanSettings& settings) {
+    return evaluate(model.desc, device, settings);
+}
 
 // What the budget allows around a configuration, each found by planning
 // the neighbours (so more sequences also cost their logits and tables):

@@ -117,112 +117,6 @@ void refuse_past_device(MemoryPlan& p, std::string_view device) {
                             format_bytes(b.device_bytes), format_bytes(room));
 }
 
-LayerPlacement place_layers(const ModelDesc& model, const EngineConfig& config,
-                            const BudgetSpec& budget, GpuLayers layers, std::string_view gpu) {
-    const uint32_t n_layer = model.hp.n_layer;
-    const std::string_view device = gpu.empty() ? std::string_view(config.device) : gpu;
-    // The plan with the first n_cpu layers on the CPU; one host thread when
-    // there is no CPU part.
-    auto with_cpu = [&](uint32_t n_cpu) {
-        EngineConfig c = config;
-        c.n_cpu_layers = n_cpu;
-        if (n_cpu == 0 && c.device != "host") c.n_threads = 1;
-        return c;
-    };
-    const auto room =
-        static_cast<uint64_t>(static_cast<double>(budget.device_bytes) * budget.mem_fraction);
-    auto check_room = [&](MemoryPlan p) {
-        refuse_past_device(p, device);
-        return p;
-    };
-    auto planned = [&](uint32_t n_cpu) {
-        return check_room(plan_memory(model, with_cpu(n_cpu), budget));
-    };
-    LayerPlacement out;
-    if (layers.kind != GpuLayers::Kind::Auto) {
-        uint32_t n_gpu = n_layer;
-        if (layers.kind == GpuLayers::Kind::Count) {
-            if (layers.count > n_layer)
-                fail("--n-gpu-layers {}: the model has {} layers (all puts every one on the GPU)",
-                     layers.count, n_layer);
-            n_gpu = layers.count;
-        }
-        if (n_gpu == 0) {
-            out.on_gpu = false;
-            out.n_cpu_layers = n_layer;
-            out.note = "--n-gpu-layers 0: every layer on the CPU";
-            return out;
-        }
-        out.n_cpu_layers = n_layer - n_gpu;
-        out.plan =
-            check_room(plan_memory_fitting(model, with_cpu(out.n_cpu_layers), budget, nullptr));
-        if (!out.plan.fits)
-            out.plan.refusal = fmt::format(
-                "{} of the {} layers on {}: {} (--n-gpu-layers auto puts "
-                "as many on it as fit)",
-                n_gpu, n_layer, device, out.plan.refusal);
-        return out;
-    }
-    const MemoryPlan all = planned(0);
-    if (all.fits) {
-        out.plan = all;
-        return out;
-    }
-    // Fewer layers on the GPU take less of it: the most that fit, by
-    // bisection. The host's share grows the other way: the plan of the
-    // placement found says whether it fits host memory.
-    auto fits = [&](uint32_t n_gpu) {
-        const MemoryPlan p = planned(n_layer - n_gpu);
-        return p.fits || p.host_short;
-    };
-    // What the note calls the device's budget (an explicit pool's plan
-    // budgets its own terms).
-    const uint64_t device_budget = budget.kv_cache_bytes > 0 ? room : all.budget_bytes;
-    const uint32_t len = all.config.max_model_len;
-    if (n_layer < 2 || !fits(1)) {
-        const MemoryPlan one = planned(n_layer > 1 ? n_layer - 1 : 0);
-        const DeviceTerms d = one.device_terms()[0];
-        out.on_gpu = false;
-        out.n_cpu_layers = n_layer;
-        if (one.allocation_short)
-            out.note = fmt::format(
-                "no layer of the model can run on {}: {}; running every layer "
-                "on the CPU",
-                device, one.refusal);
-        else
-            out.note = fmt::format(
-                "not even one of the model's {} layers fits {}: with one layer it holds {} of "
-                "weights, {} of activations and runtime and needs {} of KV for a sequence of {} "
-                "tokens, but its budget is {}: running every layer on the CPU",
-                n_layer, device, format_bytes(d.weights_bytes),
-                format_bytes(d.activations_bytes + d.runtime_bytes),
-                format_bytes(one.kv_bytes_per_seq), len, format_bytes(device_budget));
-        return out;
-    }
-    uint32_t lo = 1, hi = n_layer - 1;  // fits(lo), and the answer is at most hi
-    while (lo < hi) {
-        const uint32_t mid = lo + (hi - lo + 1) / 2;
-        if (fits(mid))
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    out.n_cpu_layers = n_layer - lo;
-    out.plan = planned(out.n_cpu_layers);
-    const DeviceTerms d = all.device_terms()[0];
-    out.note = fmt::format(
-        "{} of the model's {} layers on {}, the first {} on the CPU: all {} would take {} of "
-        "weights, {} of activations and runtime and {} of KV for a sequence of {} tokens, and its "
-        "budget is {}",
-        lo, n_layer, device, out.n_cpu_layers, n_layer, format_bytes(d.weights_bytes),
-        format_bytes(d.activations_bytes + d.runtime_bytes), format_bytes(all.kv_bytes_per_seq),
-        len, format_bytes(device_budget));
-    if (config.max_model_len == 0 && all.fit_len > 0)
-        out.note += fmt::format(" (--n-gpu-layers all --max-model-len {} keeps them all there)",
-                                all.fit_len);
-    return out;
-}
-
 std::vector<DeviceTerms> MemoryPlan::device_terms() const {
     DeviceTerms d{config.device, weights_bytes, kv_cache_bytes, activations_bytes(),
                   runtime_bytes()};
@@ -258,8 +152,9 @@ ModelDesc describe_gguf(const gguf::GgufFile& file) {
         const uint64_t on_device = t.n_dims == 1 ? t.n_elements * 4 : t.size_bytes;
         m.device_weight_bytes += kernels::device_weight_slot(on_device);
         // The CPU keeps a vector stored in another type as an f32 copy too.
-        const uint64_t on_host =
-            t.size_bytes + (t.n_dims == 1 && t.type != TensorType::F32 ? t.n_elements * 4 : 0);
+        const uint64_t copy = t.n_dims == 1 && t.type != TensorType::F32 ? t.n_elements * 4 : 0;
+        const uint64_t on_host = t.size_bytes + copy;
+        m.vector_copy_bytes += copy;
         uint32_t layer = 0;
         ModelDesc::PartBytes* part = &m.other;
         switch (tensor_role(t.name, &layer)) {
@@ -434,8 +329,9 @@ void size_weights(MemoryPlan& p, const ModelDesc& model) {
     const HParams& hp = model.hp;
     const EngineConfig& c = p.config;
     const bool gpu = c.device != "host";
-    p.weights_bytes =
-        gpu && model.device_weight_bytes ? model.device_weight_bytes : model.weight_bytes;
+    p.weights_bytes = gpu && model.device_weight_bytes ? model.device_weight_bytes
+                      : gpu                            ? model.weight_bytes
+                                                       : model.weight_bytes + model.vector_copy_bytes;
     if (p.split() && model.layer_parts.size() == hp.n_layer) {
         // Each part where model/placement.h puts it.
         p.weights_bytes = 0;

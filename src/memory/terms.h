@@ -38,6 +38,9 @@ struct ModelDesc {
     HParams hp;
     std::string source;         // file path, "hf-config FILE" or a built-in name
     uint64_t weight_bytes = 0;  // all tensors
+    // The f32 copies the CPU backend makes of vectors stored in another type
+    // (norms in f16...): weights in host memory beside the mapped file.
+    uint64_t vector_copy_bytes = 0;
     uint64_t n_params = 0;
     bool weights_exact = false;  // from a tensor table, not an estimate
     std::string weight_type;     // dominant type, e.g. "Q4_1"
@@ -263,35 +266,5 @@ void refuse_past_device(MemoryPlan& plan, std::string_view device);
 // asked, and refused as plan_memory refuses it.
 MemoryPlan plan_memory_fitting(const ModelDesc& model, const EngineConfig& config,
                                const BudgetSpec& budget, std::string* note);
-
-// --n-gpu-layers: how many of the model's layers run on the GPU.
-struct GpuLayers {
-    enum class Kind { Auto, All, Count };
-    Kind kind = Kind::Auto;
-    uint32_t count = 0;  // Kind::Count
-};
-
-struct LayerPlacement {
-    uint32_t n_cpu_layers = 0;
-    // false: every layer runs on the CPU (auto found no layer that fits the
-    // GPU, or --n-gpu-layers 0).
-    bool on_gpu = true;
-    MemoryPlan plan;   // the placement's plan (on the GPU); !plan.fits: refused
-    std::string note;  // one line: what went where and why (empty: all on the GPU)
-};
-
-// Places a model's layers for a GPU (config.device, budget the device's;
-// config.n_threads the host threads a CPU part would run with). Auto: the
-// most layers whose plan fits, the plan that sizes the engine: room on the
-// device for their weights, the KV of at least one sequence of
-// max_model_len (pinned, or the trained context), the activations and the
-// runtime; the other layers on the CPU. When not even one layer fits, every
-// layer on the CPU (on_gpu false). A count, or all, is planned as asked (an
-// unpinned context fitting by itself) and refused with the plan's numbers
-// when it does not fit. Throws headroom::Error for a count above the
-// model's layers.
-// `gpu`: the device's name in the note (default config.device).
-LayerPlacement place_layers(const ModelDesc& model, const EngineConfig& config,
-                            const BudgetSpec& budget, GpuLayers layers, std::string_view gpu = {});
 
 }  // namespace headroom

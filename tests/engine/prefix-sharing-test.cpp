@@ -6,16 +6,14 @@
 #include <chrono>
 #include <cstdio>
 
-#include "cli/load-model.h"
 #include "engine/engine.h"
+#include "engine/loaded-model.h"
 
 namespace headroom {
 namespace {
 
 TEST(PrefixSharing, SecondRequestComputesOnlyItsSuffix) {
-    cli::BackendOptions bo;
-    bo.n_threads = 2;
-    const cli::LoadedModel lm = cli::load_model("smollm2-135m", bo);
+    const LoadedModel lm("smollm2-135m", 2);
     RunnerOptions o;
     o.config.max_model_len = 2048;
     o.config.max_num_seqs = 2;

@@ -19,18 +19,14 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "cli/load-model.h"
 #include "engine/engine.h"
+#include "engine/loaded-model.h"
 
 namespace headroom {
 namespace {
 
 struct Smol {
-    Smol() {
-        cli::BackendOptions bo;
-        bo.n_threads = 2;
-        lm = cli::load_model("smollm2-135m", bo);
-    }
+    Smol() : lm("smollm2-135m", 2) {}
     std::unique_ptr<Runner> runner(uint32_t max_num_seqs, uint64_t kv_bytes, bool prefix = true,
                                    uint32_t max_model_len = 512) {
         RunnerOptions o;
@@ -41,7 +37,7 @@ struct Smol {
         o.prefix_caching = prefix;
         return std::make_unique<Runner>(*lm.model, lm.desc, o, *lm.backend);
     }
-    cli::LoadedModel lm;
+    LoadedModel lm;
 };
 
 Smol& smol() {

@@ -739,8 +739,8 @@ TEST_P(VulkanModel, LogitsMatchTheCpuF32Path) {
     CpuBackend cpu(cpu_ledger, 1);
     const auto cpu_model = Model::load(file, cpu);
     const auto gpu_model = Model::load(file, *gpu().be);
-    ModelDesc desc = describe_gguf(file);
-    desc.weight_bytes += cpu_model->converted_bytes();
+    const ModelDesc desc = describe_gguf(file);
+    EXPECT_EQ(desc.vector_copy_bytes, cpu_model->converted_bytes());
     const uint32_t n_vocab = cpu_model->hparams().n_vocab;
 
     auto run = [&](Backend& be, const Model& model) {

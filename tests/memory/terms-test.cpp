@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "memory/deployment.h"
 
 namespace headroom {
 namespace {

@@ -125,9 +125,18 @@ Instance::Instance(const std::string& path_or_name) {
 Instance::~Instance() = default;
 
 void Instance::load(const InstanceOptions& o) {
-    HR_CHECK_MSG(!runner_, "an instance loads once");
+    build(plan_deployment(desc_, deployment_request(open_backend(o), o)), o);
+}
+
+kernels::Backend& Instance::open_backend(const InstanceOptions& o) {
+    HR_CHECK_MSG(!backend_, "an instance opens its backend once");
     backend_ = make_backend(o, *host_ledger_);
-    deployment_ = plan_deployment(desc_, deployment_request(*backend_, o));
+    return *backend_;
+}
+
+void Instance::build(const Deployment& deployment, const InstanceOptions& o) {
+    HR_CHECK_MSG(backend_ && !runner_, "build() once, after open_backend()");
+    deployment_ = deployment;
     const Deployment& d = deployment_;
     auto say = [&](const std::string& line) {
         if (!line.empty()) fmt::print(stderr, "note: {}\n", line);

@@ -67,12 +67,19 @@ class Instance {
     Instance(const Instance&) = delete;
     Instance& operator=(const Instance&) = delete;
 
-    // Decides the deployment and builds it: the backends, the weights
-    // uploaded and made resident, the runner. The deployment's notes (the
-    // placement, a fitted context) go to stderr. Throws headroom::Error with
-    // the plan's refusal when it does not fit, or for a device that is not
-    // there. Once.
+    // Opens the backend options.device names, asks plan_deployment where
+    // and how to run (deployment_request), and builds that. Throws
+    // headroom::Error with the plan's refusal when it does not fit, or for a
+    // device that is not there. Once.
     void load(const InstanceOptions& options);
+    // The two halves of load(), for a caller that decides otherwise: the
+    // backend of options.device, then a deployment built on it: the CPU's
+    // backend in its place when the deployment runs on the CPU instead, a
+    // CPU part for a split, the weights uploaded and made resident, the
+    // runner sized by deployment.plan. The deployment's notes (the
+    // placement, a fitted context) go to stderr.
+    kernels::Backend& open_backend(const InstanceOptions& options);
+    void build(const Deployment& deployment, const InstanceOptions& options);
 
     const gguf::GgufFile& file() const { return *file_; }
     const Tokenizer& tokenizer() const { return *tokenizer_; }

@@ -30,39 +30,40 @@ struct DoctorOptions {
     bool json = false;
 };
 
-// Weights and KV bytes per token as the GGUF stores them. K and V are kept
-// in F16 (2 bytes) for every layer; sliding-window layers would hold less,
-// so this is the upper bound a long context approaches.
-doctor::ModelFacts facts_from_gguf(const std::string& path) {
-    const auto file = gguf::GgufFile::open(path);
-    const HParams hp = read_hparams(file, false);
-    doctor::ModelFacts m;
-    m.name = hp.name.empty() ? std::filesystem::path(path).stem().string() : hp.name;
-    std::map<std::string, uint64_t> by_type;
-    for (const auto& t : file.tensors()) {
-        m.n_params += t.n_elements;
-        by_type[std::string(name(t.type))] += t.size_bytes;
-    }
-    m.weight_bytes = file.tensor_bytes_total();
-    m.weight_bytes_by_type.assign(by_type.begin(), by_type.end());
-    m.kv_bytes_per_token =
-        uint64_t{hp.n_layer} * hp.n_head_kv * (hp.head_dim_k + hp.head_dim_v) * 2;
-    return m;
+// KV bytes a token takes in every layer with the whole context cached
+// (sliding windows ignored: the bound a long context approaches), as the
+// planner's layer groups count them: K and V in F16, or a latent-attention
+// model's compressed latent (kv_groups_for).
+uint64_t kv_bytes_per_token(const HParams& hp) {
+    EngineConfig f16_all_layers;
+    f16_all_layers.swa_full = true;
+    uint64_t n = 0;
+    for (const auto& g : kv_groups_for(hp, f16_all_layers)) n += g.bytes_per_token;
+    return n;
 }
 
-// The same facts for a built-in model or a Hugging Face config, from the
-// planner's description (weights estimated for the checkpoint's type).
+// The model's facts from the planner's description (weights exact for a
+// GGUF file, estimated for the checkpoint's type otherwise).
 doctor::ModelFacts facts_from_plan_model(const PlanModel& pm) {
     doctor::ModelFacts m;
     m.name = pm.name;
     m.n_params = pm.desc.n_params;
     m.weight_bytes = pm.desc.weight_bytes;
-    EngineConfig f16_all_layers;
-    f16_all_layers.swa_full = true;
-    for (const auto& g : kv_groups_for(pm.desc.hp, f16_all_layers))
-        m.kv_bytes_per_token += g.bytes_per_token;
+    m.kv_bytes_per_token = kv_bytes_per_token(pm.desc.hp);
     const std::string type = pm.weight_type ? std::string(name(*pm.weight_type)) : pm.file_type;
     m.weight_bytes_by_type = {{type, pm.desc.weight_bytes}};
+    return m;
+}
+
+// A GGUF file's: its tensors by type.
+doctor::ModelFacts facts_from_gguf(const std::string& path, const PlanModel& pm) {
+    doctor::ModelFacts m = facts_from_plan_model(pm);
+    const auto file = gguf::GgufFile::open(path);
+    if (pm.desc.hp.name.empty()) m.name = std::filesystem::path(path).stem().string();
+    std::map<std::string, uint64_t> by_type;
+    for (const auto& t : file.tensors()) by_type[std::string(name(t.type))] += t.size_bytes;
+    m.weight_bytes = file.tensor_bytes_total();
+    m.weight_bytes_by_type.assign(by_type.begin(), by_type.end());
     return m;
 }
 
@@ -111,7 +112,7 @@ void add_doctor_command(CLI::App& app) {
             const PlanModel pm = resolve_plan_model(opt->model, opt->hf_config, "");
             options.model = !opt->model.empty() && std::filesystem::is_regular_file(opt->model) &&
                                     opt->hf_config.empty()
-                                ? facts_from_gguf(opt->model)
+                                ? facts_from_gguf(opt->model, pm)
                                 : facts_from_plan_model(pm);
             add_planner_sizes(*options.model, pm);
         }

@@ -142,12 +142,9 @@ PlanModel plan_model_from_gguf(const std::string& path) {
     } catch (const Error&) {
     }
     // The CPU engine keeps 1-D tensors (norms) as f32; others are converted
-    // to f32 copies at load and count as weights.
-    uint64_t converted = 0;
-    if (m.runnable)
-        for (const auto& t : file.tensors())
-            if (t.n_dims <= 1 && t.type != TensorType::F32) converted += t.n_elements * 4;
-    m.desc.weight_bytes += converted;
+    // to f32 copies at load and count as weights (ModelDesc::vector_copy_bytes).
+    if (!m.runnable) m.desc.vector_copy_bytes = 0;
+    const uint64_t converted = m.desc.vector_copy_bytes;
     m.weights_basis =
         fmt::format("sum of the {} tensors in the file ({})", file.tensors().size(), mix_text([&] {
                         std::map<std::string, uint64_t> by;
@@ -182,6 +179,7 @@ PlanModel requantized(const PlanModel& model, WeightType type) {
     m.runnable = false;
     const WeightEstimate e = estimate_weights(m.tensors, m.shape.hp, type);
     m.desc.weight_bytes = e.bytes;
+    m.desc.vector_copy_bytes = 0;  // the estimate is the whole of the weights
     m.desc.n_params = e.n_params;
     m.desc.weights_exact = false;
     m.desc.weight_type = std::string(info(type).label);

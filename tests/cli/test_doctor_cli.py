@@ -162,4 +162,43 @@ for log, memory in [(torch_oom, "11.75GiB"), (ggml_oom, "24GiB"), (vllm_oom, "24
                 quoted += 1
 fail_if(quoted < 3, f"only {quoted} quantized sizes quoted")
 print(f"doctor cli: {quoted} quantized weight sizes equal plan --compare-quant's")
+
+# -m with a latent-attention GGUF (DeepSeek-V3's attention in two small
+# layers): a token's cache is the compressed latent, kv_lora_rank 512 plus
+# the 64 RoPE dimensions, in F16: 2 layers x 576 x 2 B = 2304 bytes, not
+# the 2 x 4 heads x (192 + 128) x 2 B = 5120 of separate keys and values.
+# The doctor's numbers for vLLM's "max seq len ... KV cache" refusal are
+# that per-token size, as `plan` counts it.
+import numpy as np  # noqa: E402
+import gguf as gguf_py  # noqa: E402
+
+mla = os.path.join(tmp, "mla.gguf")
+w = gguf_py.GGUFWriter(mla, "deepseek2")
+for key, value in [("block_count", 2), ("embedding_length", 64), ("attention.head_count", 4),
+                   ("attention.head_count_kv", 4), ("context_length", 4096), ("feed_forward_length", 128),
+                   ("attention.key_length", 192), ("attention.value_length", 128),
+                   ("attention.kv_lora_rank", 512), ("rope.dimension_count", 64)]:
+    w.add_uint32(f"deepseek2.{key}", value)
+w.add_tensor("token_embd.weight", np.zeros((32, 64), dtype=np.float32))
+w.add_tensor("blk.1.attn_norm.weight", np.ones(64, dtype=np.float32))
+w.write_header_to_file()
+w.write_kv_data_to_file()
+w.write_tensors_to_file()
+w.close()
+plan = subprocess.run([headroom_bin(), "plan", "-m", mla, "--device", "cpu", "--max-model-len", "4096",
+                       "--json"], capture_output=True, text=True)
+fail_if(plan.returncode != 0, plan.stderr)
+planned_kv = json.loads(plan.stdout)["terms"]["kv_cache"]["bytes_per_token"]
+fail_if(planned_kv != 2304, f"plan counts {planned_kv} KV bytes a token of the latent model, not 2304")
+max_len_log = ("ValueError: The model's max seq len (32768) is larger than the maximum number of "
+               "tokens that can be stored in KV cache (7344). Try increasing "
+               "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.\n")
+p = run(["-", "-m", mla, "--json"], stdin=max_len_log)
+fail_if(p.returncode != 0, p.stderr)
+found = [f for f in json.loads(p.stdout)["findings"] if f.get("requested_bytes")]
+fail_if(not found, f"no finding with the KV bytes: {p.stdout}")
+fail_if(found[0]["requested_bytes"] != 32768 * 2304 or found[0]["free_bytes"] != 7344 * 2304,
+        f"doctor: requested {found[0]['requested_bytes']}, free {found[0]['free_bytes']}; the planner's "
+        f"KV a token gives {32768 * 2304} and {7344 * 2304}")
+print("doctor cli: a latent-attention model's KV quoted as the planner counts it (2304 bytes a token)")
 print("doctor cli: ok")

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "format/gguf-reader.h"
-#include "model/hparams.h"
+#include "shape/hparams.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {

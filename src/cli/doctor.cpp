@@ -16,7 +16,7 @@
 #include "doctor/doctor.h"
 #include "doctor/report.h"
 #include "format/gguf-reader.h"
-#include "model/hparams.h"
+#include "shape/hparams.h"
 
 namespace headroom::cli {
 

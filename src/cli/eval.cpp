@@ -90,7 +90,8 @@ void add_eval_command(CLI::App& app) {
         const uint32_t ctx = o->ctx ? o->ctx : static_cast<uint32_t>(tokens.size());
         EngineConfig& c = io.settings.config;
         if (c.max_model_len == 0) c.max_model_len = ctx;
-        if (c.max_model_len < ctx) fail("--ctx {} exceeds --max-model-len {}", ctx, c.max_model_len);
+        if (c.max_model_len < ctx)
+            fail("--ctx {} exceeds --max-model-len {}", ctx, c.max_model_len);
         if (c.max_num_batched_tokens == 0) c.max_num_batched_tokens = std::min<uint32_t>(ctx, 512);
         c.max_logit_rows = c.max_num_batched_tokens;
         io.runner.prefix_caching = false;

@@ -8,8 +8,8 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "format/gguf-reader.h"
-#include "model/hparams.h"
 #include "model/registry.h"
+#include "shape/hparams.h"
 
 namespace headroom::cli {
 

@@ -11,11 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "engine/instance.h"
 #include "cli/plan-model.h"
 #include "cli/plan-svg.h"
 #include "core/error.h"
 #include "core/units.h"
+#include "engine/instance.h"
 #include "memory/planner.h"
 #include "memory/report.h"
 #include "model/registry.h"

@@ -7,8 +7,8 @@
 #include "core/thread-pool.h"
 #include "format/gguf-reader.h"
 #include "memory/weight-estimate.h"
-#include "model/quantize.h"
 #include "model/registry.h"
+#include "tools/quantize.h"
 
 namespace headroom::cli {
 

@@ -5,7 +5,7 @@
 #include "cli/engine-flags.h"
 #include "core/error.h"
 #include "core/thread-pool.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 
 namespace headroom::cli {
 

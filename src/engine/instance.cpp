@@ -84,8 +84,8 @@ std::unique_ptr<kernels::Backend> make_backend(const InstanceOptions& o, Ledger&
 #endif
     }
     const uint32_t n = o.settings.config.n_threads;
-    return std::make_unique<kernels::CpuBackend>(
-        host, n ? static_cast<int>(n) : physical_core_count());
+    return std::make_unique<kernels::CpuBackend>(host,
+                                                 n ? static_cast<int>(n) : physical_core_count());
 }
 
 DeploymentRequest deployment_request(kernels::Backend& backend, const InstanceOptions& o) {
@@ -155,8 +155,8 @@ void Instance::build(const Deployment& deployment, const InstanceOptions& o) {
     say(d.plan.context_note);
     const uint32_t n_cpu_layers = d.mem().config.n_cpu_layers;
     if (n_cpu_layers > 0)
-        cpu_ = std::make_unique<kernels::CpuBackend>(*host_ledger_,
-                                                     static_cast<int>(d.cpu_threads()));
+        cpu_ =
+            std::make_unique<kernels::CpuBackend>(*host_ledger_, static_cast<int>(d.cpu_threads()));
     model_ = Model::load(*file_, *backend_, cpu_.get(), n_cpu_layers);
     runner_ = std::make_unique<Runner>(*model_, d.mem(), o.runner, *backend_, cpu_.get());
     if (cpu_) cpu_->make_resident(o.progress);

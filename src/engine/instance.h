@@ -111,8 +111,7 @@ class Instance {
 
 // The request a device choice and options make, with the device as its
 // backend reports it (a GPU's memory, its limit on one allocation).
-DeploymentRequest deployment_request(kernels::Backend& backend,
-                                     const InstanceOptions& options);
+DeploymentRequest deployment_request(kernels::Backend& backend, const InstanceOptions& options);
 
 // Throws headroom::Error (a build without Vulkan, a device that is not there).
 std::unique_ptr<kernels::Backend> make_backend(const InstanceOptions& options, Ledger& host);

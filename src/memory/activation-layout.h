@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/hparams.h"
+#include "shape/hparams.h"
 
 namespace headroom {
 

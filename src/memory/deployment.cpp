@@ -251,7 +251,7 @@ Deployment plan_deployment(const ModelDesc& model, const DeploymentRequest& r) {
             fail(
                 "--n-gpu-layers {} needs a GPU device (--device vulkan, a GPU of the table or "
                 "--device-memory)",
-                g.kind == GpuLayers::Kind::All ? std::string("all")
+                g.kind == GpuLayers::Kind::All    ? std::string("all")
                 : g.kind == GpuLayers::Kind::Auto ? std::string("auto")
                                                   : std::to_string(g.count));
     }

@@ -239,7 +239,7 @@ TermFormulas formulas(const PlanModel& model, const Plan& plan) {
     TermFormulas f;
     f.weights = model.weights_basis;
     if (mp.split()) {
-        // By part where the file says (model/placement.h); an estimate moves
+        // By part where the file says (shape/placement.h); an estimate moves
         // whole layers only.
         const bool by_part = model.desc.layer_parts.size() == hp.n_layer;
         f.weights += fmt::format("; on {}: layers {}-{}{}; on the host ({}): {}layers 0-{}",

@@ -14,7 +14,7 @@
 #include "format/gguf-reader.h"
 #include "kernels/backend.h"
 #include "kernels/kv-layout.h"
-#include "model/placement.h"
+#include "shape/placement.h"
 
 namespace headroom {
 
@@ -331,9 +331,9 @@ void size_weights(MemoryPlan& p, const ModelDesc& model) {
     const bool gpu = c.device != "host";
     p.weights_bytes = gpu && model.device_weight_bytes ? model.device_weight_bytes
                       : gpu                            ? model.weight_bytes
-                                                       : model.weight_bytes + model.vector_copy_bytes;
+                            : model.weight_bytes + model.vector_copy_bytes;
     if (p.split() && model.layer_parts.size() == hp.n_layer) {
-        // Each part where model/placement.h puts it.
+        // Each part where shape/placement.h puts it.
         p.weights_bytes = 0;
         auto add = [&](const ModelDesc::PartBytes& part, TensorRole role, uint32_t layer) {
             const Placement at = place_tensor(role, layer, c.n_cpu_layers, hp.tied_embeddings);

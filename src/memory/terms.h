@@ -19,7 +19,7 @@
 
 #include "kernels/kv-dtype.h"
 #include "memory/activation-layout.h"
-#include "model/hparams.h"
+#include "shape/hparams.h"
 
 namespace headroom {
 
@@ -54,7 +54,7 @@ struct ModelDesc {
     // What the tensors take in a GPU's memory: kernels::device_weight_slot()
     // of each as stored (vectors as f32). 0 when not known.
     uint64_t device_weight_bytes = 0;
-    // The same by part (model/placement.h), for a split between CPU and GPU:
+    // The same by part (shape/placement.h), for a split between CPU and GPU:
     // each part's bytes on the host (as the CPU backend holds them: the
     // file's, plus an f32 copy of a 1-D tensor stored in another type) and on
     // a GPU. Empty layers: not known (an estimate), planned from
@@ -92,7 +92,7 @@ struct EngineConfig {
     // The first n_cpu_layers transformer blocks keep their weights and KV in
     // host memory (a GPU plan with layers left on the CPU). On headroom's own
     // GPU backend (device != "host") the plan has both devices' terms, placed
-    // by model/placement.h; for a GPU of the table the terms count only what
+    // by shape/placement.h; for a GPU of the table the terms count only what
     // the device holds. 0 on a CPU-only engine.
     uint32_t n_cpu_layers = 0;
     // Every GPU layer's experts stay in host memory and run on the CPU; the

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "format/tensor-type.h"
-#include "model/quant-mix.h"
+#include "shape/quant-mix.h"
 
 namespace headroom {
 

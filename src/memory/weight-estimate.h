@@ -3,7 +3,7 @@
 // file re-quantized (--compare-quant, --fit).
 //
 // GGUF types are estimated tensor by tensor with the rule `headroom quantize`
-// writes by (model/quant-mix.h, llama.cpp's llama_tensor_get_type): a K-quant
+// writes by (shape/quant-mix.h, llama.cpp's llama_tensor_get_type): a K-quant
 // "mix" such as Q4_K_M gives attn_v and ffn_down of some layers Q6_K, the
 // output (or tied token embeddings) Q6_K, and falls back to a 32-element
 // block type for rows whose length is not a multiple of 256. Applied to the
@@ -25,9 +25,9 @@
 #include <string_view>
 #include <vector>
 
-#include "model/hparams.h"
-#include "model/quant-mix.h"
+#include "shape/hparams.h"
 #include "shape/model-shape.h"
+#include "shape/quant-mix.h"
 
 namespace headroom {
 
@@ -86,7 +86,7 @@ std::optional<WeightType> weight_type_from_name(std::string_view name);
 // torch_dtype, else bf16.
 WeightType checkpoint_weight_type(const ModelShape& shape);
 
-// The GGUF file type's per-tensor rule (model/quant-mix.h): the same for the
+// The GGUF file type's per-tensor rule (shape/quant-mix.h): the same for the
 // estimate and `headroom quantize`. Throws for a type that is not a GGUF one.
 QuantRecipe gguf_recipe(WeightType type);
 // llama.cpp's general.file_type code (LLAMA_FTYPE_MOSTLY_*) for a GGUF type;

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "format/gguf-reader.h"
 #include "kernels/cpu/ref/quant.h"
-#include "model/placement.h"
+#include "shape/placement.h"
 
 namespace headroom {
 
@@ -96,7 +96,7 @@ Weight Model::matrix(const std::string& name, int64_t n_cols, int64_t n_rows,
     const kernels::HostTensor host{t->data, t->type, n_rows, n_cols,
                                    row_bytes(t->type, static_cast<uint64_t>(n_cols))};
     if (!cpu_) return backend_.upload_matrix(host, use);
-    // Split: where model/placement.h puts it. The embedding is read by rows
+    // Split: where shape/placement.h puts it. The embedding is read by rows
     // on the CPU (tied_output() puts its copy for the output on the GPU).
     uint32_t layer = 0;
     const TensorRole role = tensor_role(name, &layer);

@@ -1,5 +1,5 @@
 // A loaded model: hyperparameters, handles of its weights in a backend (or
-// two: a split model's first layers on the CPU, model/placement.h), and the
+// two: a split model's first layers on the CPU, shape/placement.h), and the
 // forward pass of its architecture (one file per family: llama.cpp covers
 // llama / qwen2 / qwen3 and their MoE variants, gemma3.cpp covers gemma3,
 // gpt-oss.cpp covers gpt-oss).
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "model/hparams.h"
+#include "shape/hparams.h"
 
 namespace headroom {
 
@@ -78,7 +78,7 @@ class Model {
     // Validates every tensor the architecture needs (presence, shape, type),
     // throwing headroom::Error naming the first missing or wrong one, and
     // uploads them to `backend`; with `cpu` and n_cpu_layers > 0, the first
-    // n_cpu_layers layers (and what model/placement.h puts with them) to `cpu`.
+    // n_cpu_layers layers (and what shape/placement.h puts with them) to `cpu`.
     static std::unique_ptr<Model> load(const gguf::GgufFile& file, kernels::Backend& backend,
                                        kernels::Backend* cpu = nullptr, uint32_t n_cpu_layers = 0);
     // Layers on the CPU backend (0: all on the one backend).
@@ -107,13 +107,13 @@ class Model {
     Model(const gguf::GgufFile& file, HParams hp, kernels::Backend& backend, kernels::Backend* cpu,
           uint32_t n_cpu_layers);
     // Tensor lookups that validate shape and type, and upload the tensor to
-    // the backend model/placement.h puts it on.
+    // the backend shape/placement.h puts it on.
     Weight matrix(const std::string& name, int64_t n_cols, int64_t n_rows,
                   kernels::WeightUse use = kernels::WeightUse::Matmul);
     Weight vector(const std::string& name, int64_t n, bool required = true);
     // A layer's experts: a tensor of hp_.n_expert (n_rows, n_cols) matrices.
     Weight experts(const std::string& name, int64_t n_cols, int64_t n_rows);
-    // Uploads a vector to the backend(s) model/placement.h puts it on.
+    // Uploads a vector to the backend(s) shape/placement.h puts it on.
     Weight upload_vector(const std::string& name, const float* values, int64_t n,
                          uint64_t stored_bytes);
     // token_embd, output (or the tied embedding) and output_norm, into w_.

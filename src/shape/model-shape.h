@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "model/hparams.h"
+#include "shape/hparams.h"
 
 namespace headroom {
 

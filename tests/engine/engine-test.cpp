@@ -24,7 +24,7 @@
 #include "format/gguf-writer.h"
 #include "kernels/cpu/cpu-backend.h"
 #include "memory/report.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 #if HEADROOM_VULKAN
 #include "kernels/vulkan/vk-context.h"
 #include "kernels/vulkan/vulkan-backend.h"

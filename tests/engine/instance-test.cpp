@@ -86,8 +86,7 @@ TEST(Instance, RefusesWithThePlansNumbers) {
         inst.load(o);
         FAIL() << "a pool of 64 KiB was accepted for 512 tokens";
     } catch (const Error& e) {
-        const Deployment d = plan_deployment(
-            inst.desc(), deployment_request(inst.backend(), o));
+        const Deployment d = plan_deployment(inst.desc(), deployment_request(inst.backend(), o));
         EXPECT_FALSE(d.mem().fits);
         EXPECT_EQ(std::string(e.what()), d.mem().refusal);
     }

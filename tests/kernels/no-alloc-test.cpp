@@ -16,7 +16,7 @@
 #include "engine/engine.h"
 #include "format/gguf-reader.h"
 #include "kernels/cpu/cpu-backend.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 
 namespace {
 

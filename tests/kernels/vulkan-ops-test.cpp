@@ -29,7 +29,7 @@
 #include "kernels/vulkan/vulkan-backend.h"
 #include "memory/kv-cache.h"
 #include "memory/terms.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 
 namespace headroom::kernels {
 namespace {

@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "model/quant-mix.h"
 #include "shape/model-shape.h"
 #include "shape/model-table.h"
+#include "shape/quant-mix.h"
 
 namespace headroom {
 namespace {

@@ -14,7 +14,7 @@
 #include "format/gguf-reader.h"
 #include "format/gguf-writer.h"
 #include "kernels/cpu/cpu-backend.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 
 namespace headroom {
 namespace {

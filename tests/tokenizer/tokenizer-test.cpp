@@ -11,8 +11,8 @@
 #include "format/gguf-reader.h"
 #include "format/gguf-writer.h"
 #include "golden.h"
-#include "model/synth.h"
 #include "tokenizer/unicode.h"
+#include "tools/synth.h"
 
 namespace headroom {
 namespace {

@@ -1,4 +1,4 @@
-#include "model/hparams.h"
+#include "shape/hparams.h"
 
 #include <fmt/format.h>
 

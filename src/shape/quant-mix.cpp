@@ -1,4 +1,4 @@
-#include "model/quant-mix.h"
+#include "shape/quant-mix.h"
 
 #include <algorithm>
 #include <string>

@@ -1,4 +1,4 @@
-#include "model/synth.h"
+#include "tools/synth.h"
 
 #include <fmt/format.h>
 
@@ -13,8 +13,8 @@
 #include "core/units.h"
 #include "format/gguf-writer.h"
 #include "kernels/cpu/ref/quant.h"
-#include "model/quant-mix.h"
-#include "model/quantize.h"
+#include "shape/quant-mix.h"
+#include "tools/quantize.h"
 
 namespace headroom {
 

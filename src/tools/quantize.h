@@ -6,7 +6,7 @@
 #include <string>
 
 #include "format/tensor-type.h"
-#include "model/quant-mix.h"
+#include "shape/quant-mix.h"
 
 namespace headroom {
 
@@ -25,7 +25,7 @@ struct QuantizeOptions {
 };
 
 // The type of every tensor of `in`, in file order: the recipe's rule
-// (model/quant-mix.h, the planner's too), then the two overrides, each fitted
+// (shape/quant-mix.h, the planner's too), then the two overrides, each fitted
 // to the row length.
 std::vector<TensorType> choose_tensor_types(const gguf::GgufFile& in, const QuantizeOptions& opt);
 

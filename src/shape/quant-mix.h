@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "format/tensor-type.h"
-#include "model/hparams.h"
+#include "shape/hparams.h"
 #include "shape/model-shape.h"
 
 namespace headroom {

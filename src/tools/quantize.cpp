@@ -1,4 +1,4 @@
-#include "model/quantize.h"
+#include "tools/quantize.h"
 
 #include <fmt/format.h>
 
@@ -13,7 +13,7 @@
 #include "format/gguf-reader.h"
 #include "format/gguf-writer.h"
 #include "kernels/cpu/ref/quant.h"
-#include "model/hparams.h"
+#include "shape/hparams.h"
 #include "shape/model-shape.h"
 
 namespace headroom {

@@ -54,9 +54,9 @@
 #include "core/ledger.h"
 #include "format/tensor-type.h"
 #include "kernels/dev-ptr.h"
-#include "kernels/kernels.h"
 #include "kernels/kv-layout.h"
 #include "kernels/moe.h"
+#include "kernels/op-args.h"
 #include "kernels/step-view.h"
 
 namespace headroom::kernels {

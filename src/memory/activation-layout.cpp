@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "kernels/kernels.h"
 #include "kernels/moe.h"
+#include "kernels/op-args.h"
 
 namespace headroom {
 
@@ -67,7 +67,7 @@ ActivationLayout plan_activations(const HParams& hp, uint32_t n_tokens, uint32_t
     }
     // The CPU's: activations quantized for the integer matmuls, in the largest
     // layout any instruction set uses for inputs up to max_in wide
-    // (kernels/act-format.h). A GPU's shaders take f32.
+    // (kernels/cpu/act-format.h). A GPU's shaders take f32.
     const uint64_t acts_q =
         std::max(T * kernels::acts_row_bytes(max_in),
                  routed * kernels::acts_row_bytes(std::max(hp.n_embd, hp.n_ff_exp)));

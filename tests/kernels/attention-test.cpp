@@ -1,4 +1,4 @@
-// Flash attention of the fast backends against the reference: random K and V
+// Flash attention of the fast tables against the reference: random K and V
 // in a real KV cache (every dtype, block sizes that do and do not align with
 // the kernels' key tiles, GQA, a sliding window, attention sinks),
 // prefill-shaped and decode-shaped batches, contexts of several segments of
@@ -22,7 +22,7 @@
 namespace headroom::kernels {
 namespace {
 
-using test::fast_backends;
+using test::fast_tables;
 using test::TestContext;
 
 struct Shape {
@@ -179,7 +179,7 @@ TEST_P(Attention, MatchesTheReferenceAndIsBatchInvariant) {
 
     std::vector<float> ref(n_out);
     ref_ops().attention(st.args(s, ref.data()), tc.ctx());
-    for (const Ops* ops : fast_backends()) {
+    for (const Ops* ops : fast_tables()) {
         SCOPED_TRACE(ops->name);
         std::vector<float> out(n_out, -1.0f);
         ops->attention(st.args(s, out.data()), tc.ctx());
@@ -208,7 +208,7 @@ TEST_P(Attention, ADecodeStepIsTheSameSplitOverKeysOrNot) {
 
     std::vector<float> ref(n_out);
     ref_ops().attention(st.args(s, ref.data()), three.ctx());
-    for (const Ops* ops : fast_backends()) {
+    for (const Ops* ops : fast_tables()) {
         SCOPED_TRACE(ops->name);
         std::vector<float> split(n_out, -1.0f), whole(n_out, -2.0f);
         ops->attention(st.args(s, split.data()), three.ctx());
@@ -240,7 +240,7 @@ TEST(AttentionSinks, TakeWeightButCarryNoValue) {
     const int32_t block = st.seqs[0].tables[0][0];
     TestContext tc(3, 256, 64, s.head_dim, s.n_head / s.n_head_kv);
     std::vector<const Ops*> all = {&ref_ops()};
-    for (const Ops* ops : fast_backends()) all.push_back(ops);
+    for (const Ops* ops : fast_tables()) all.push_back(ops);
     for (const Ops* ops : all) {
         SCOPED_TRACE(ops->name);
         std::vector<float> out(s.n_head * s.head_dim);

@@ -23,7 +23,7 @@
 namespace headroom::kernels {
 namespace {
 
-using test::fast_backends;
+using test::fast_tables;
 
 TEST(CpuBackendWeights, ATiedEmbeddingIsRepackedWhereItsFileIsMapped) {
     HR_REQUIRE_FAST_BACKEND();
@@ -47,7 +47,7 @@ TEST(CpuBackendWeights, ATiedEmbeddingIsRepackedWhereItsFileIsMapped) {
                static_cast<std::streamsize>(bytes.size()));
     const MappedFile file(path);
 
-    for (const Ops* ops : fast_backends()) {
+    for (const Ops* ops : fast_tables()) {
         SCOPED_TRACE(ops->name);
         for (const bool mapped : {true, false}) {
             SCOPED_TRACE(mapped ? "mapped" : "read into memory");
@@ -105,7 +105,7 @@ TEST(CpuBackendWeights, EachThreadsPartsOfTheMatricesFollowOneAnother) {
     for (const int64_t n : rows) bytes.push_back(random_rows(n));
     const std::vector<uint8_t> experts = random_rows(2 * 32);
 
-    for (const Ops* ops : fast_backends()) {
+    for (const Ops* ops : fast_tables()) {
         const int64_t lanes = ops->packed_group_rows;
         for (const int n_threads : {1, 2, 3}) {
             SCOPED_TRACE(std::string(ops->name) + ", " + std::to_string(n_threads) + " threads");

@@ -1,4 +1,4 @@
-// The fast backends' elementwise ops against the scalar reference, on sizes
+// The fast tables' elementwise ops against the scalar reference, on sizes
 // that leave partial vectors and are large enough to run on the pool.
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 namespace headroom::kernels {
 namespace {
 
-using test::fast_backends;
+using test::fast_tables;
 using test::random_acts;
 using test::TestContext;
 
@@ -25,7 +25,7 @@ TEST(Elementwise, RmsNormMatchesTheReference) {
         for (auto& v : w) v = std::uniform_real_distribution<float>(-2, 2)(rng);
         std::vector<float> ref(x.size());
         rmsnorm(x.data(), w.data(), 1.0f, 1e-6f, n_tokens, n, ref.data());
-        for (const Ops* ops : fast_backends()) {
+        for (const Ops* ops : fast_tables()) {
             SCOPED_TRACE(ops->name);
             std::vector<float> out = x;  // in place, as the forward pass calls it
             ops->rmsnorm(out.data(), w.data(), 1.0f, 1e-6f, n_tokens, n, out.data(), tc.ctx());
@@ -46,7 +46,7 @@ TEST(Elementwise, GatedActivationsMatchTheReference) {
     std::vector<float> silu_ref = g, gelu_ref = g;
     silu_mul(silu_ref.data(), u.data(), n);
     gelu_mul(gelu_ref.data(), u.data(), n);
-    for (const Ops* ops : fast_backends()) {
+    for (const Ops* ops : fast_tables()) {
         SCOPED_TRACE(ops->name);
         std::vector<float> s = g, ge = g;
         ops->silu_mul(s.data(), u.data(), n, tc.ctx());
@@ -84,7 +84,7 @@ TEST(Elementwise, AddAndRopeAreExact) {
                 RopeArgs a{n_head, head_dim, n_rot, 10000.0f, 0.5f, f, mode};
                 std::vector<float> rref = q;
                 rope(rref.data(), n_tokens, pos.data(), a);
-                for (const Ops* ops : fast_backends()) {
+                for (const Ops* ops : fast_tables()) {
                     SCOPED_TRACE(std::string(ops->name) + " n_rot " + std::to_string(n_rot) +
                                  (f ? " factors" : "") +
                                  (mode == RopeMode::NeoX ? " neox" : " normal"));
@@ -95,7 +95,7 @@ TEST(Elementwise, AddAndRopeAreExact) {
             }
         }
     }
-    for (const Ops* ops : fast_backends()) {
+    for (const Ops* ops : fast_tables()) {
         std::vector<float> s = x;
         ops->add(s.data(), y.data(), 70001, tc.ctx());
         for (size_t i = 0; i < s.size(); ++i) ASSERT_EQ(s[i], ref[i]);
@@ -142,7 +142,7 @@ TEST(Elementwise, RopeOfOneTokenFollowsEveryChangeOfArguments) {
     with(3000, [](RopeArgs& a) { a.yarn_factor = 8, a.yarn_orig_ctx = 1024; });
     with(3000, same);
     const auto q = random_acts(1, n_head * head_dim, 8);
-    for (const Ops* ops : fast_backends()) {
+    for (const Ops* ops : fast_tables()) {
         for (size_t c = 0; c < calls.size(); ++c) {
             SCOPED_TRACE(std::string(ops->name) + " call " + std::to_string(c));
             const auto& [pos, a] = calls[c];
@@ -190,7 +190,7 @@ TEST(Elementwise, RopeOfVeryWideHeadsMatchesTheReference) {
         const RopeArgs a{2, head_dim, head_dim, 10000.0f, 1.0f, nullptr, RopeMode::NeoX};
         std::vector<float> want = q;
         rope(want.data(), 2, pos.data(), a);
-        for (const Ops* ops : fast_backends()) {
+        for (const Ops* ops : fast_tables()) {
             SCOPED_TRACE(std::string(ops->name) + ", head_dim " + std::to_string(head_dim));
             std::vector<float> got = q;
             ops->rope(got.data(), 2, pos.data(), a, tc.ctx());
@@ -229,7 +229,7 @@ TEST(Elementwise, StoreRowWritesTheReferenceBytes) {
             const size_t bytes = row_bytes(tensor_type(dtype), static_cast<uint64_t>(n));
             std::vector<uint8_t> want(bytes, 0xEE);
             store_row(x.data(), n, dtype, want.data());
-            for (const Ops* ops : fast_backends()) {
+            for (const Ops* ops : fast_tables()) {
                 SCOPED_TRACE(std::string(ops->name) + ", " + std::to_string(n) + " elements, " +
                              std::string(name(tensor_type(dtype))));
                 std::vector<uint8_t> got(bytes, 0x11);

@@ -17,14 +17,14 @@
 #include <vector>
 
 #include "core/thread-pool.h"
-#include "kernels/kernels.h"
+#include "kernels/cpu/ops.h"
 
 namespace headroom::kernels::test {
 
 // The fast kernels under test (the reference is the oracle, not a subject):
 // the one HEADROOM_TEST_ISA names, or every one this CPU has. Empty when
 // the named one cannot run here.
-inline std::vector<const Ops*> fast_backends() {
+inline std::vector<const Ops*> fast_tables() {
     const char* want = std::getenv("HEADROOM_TEST_ISA");
     std::vector<const Ops*> out;
     if (!want || std::string(want) == "avx2")
@@ -36,7 +36,7 @@ inline std::vector<const Ops*> fast_backends() {
     return out;
 }
 
-// Why fast_backends() is empty.
+// Why fast_tables() is empty.
 inline std::string skip_reason() {
     const char* want = std::getenv("HEADROOM_TEST_ISA");
     const std::string isa = want ? want : "avx2, avxvnni or avx512";
@@ -54,7 +54,7 @@ inline std::string skip_reason() {
 // the CPU cannot run the one under test.
 #define HR_REQUIRE_FAST_BACKEND()                                     \
     do {                                                              \
-        if (::headroom::kernels::test::fast_backends().empty())       \
+        if (::headroom::kernels::test::fast_tables().empty())         \
             GTEST_SKIP() << ::headroom::kernels::test::skip_reason(); \
     } while (0)
 

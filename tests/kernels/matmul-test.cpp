@@ -16,14 +16,14 @@
 
 #include "core/error.h"
 #include "kernel-test-util.h"
-#include "kernels/act-format.h"
+#include "kernels/cpu/act-format.h"
 #include "kernels/cpu/ref/quant-matmul.h"
 #include "kernels/cpu/ref/quant.h"
 
 namespace headroom::kernels {
 namespace {
 
-using test::fast_backends;
+using test::fast_tables;
 using test::random_acts;
 using test::TestContext;
 
@@ -118,7 +118,7 @@ TEST_P(IntMatmul, MatchesTheSpecExactlyAndTheReferenceWithinTheQuantizationBound
     }
 
     std::vector<uint8_t> store;
-    for (const Ops* ops : fast_backends()) {
+    for (const Ops* ops : fast_tables()) {
         // Decode over a repacked copy with and without asking ahead for the
         // weights (Context::decode_prefetch_bytes; past the copy's end too).
         for (const auto& [packed, ahead] :
@@ -152,7 +152,7 @@ TEST_P(IntMatmul, ABatchGivesEachTokenWhatItGetsAlone) {
     TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
     tc.ctx().act_precision = quant;
     std::vector<uint8_t> store;
-    for (const Ops* ops : fast_backends()) {
+    for (const Ops* ops : fast_tables()) {
         SCOPED_TRACE(ops->name);
         const Matrix m = repacked(*ops, w.m, store, tc.ctx());
         const auto batch = run(*ops, m, x, n_tokens, tc.ctx());
@@ -181,7 +181,7 @@ TEST_P(IntMatmul, ABatchOfSeveralTokenTilesMatchesTheSpec) {
     TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
     tc.ctx().act_precision = quant;
     std::vector<uint8_t> store;
-    for (const Ops* ops : fast_backends()) {
+    for (const Ops* ops : fast_tables()) {
         SCOPED_TRACE(ops->name);
         const Matrix m = repacked(*ops, w.m, store, tc.ctx());
         const auto y = run(*ops, m, x, n_tokens, tc.ctx());
@@ -219,7 +219,7 @@ TEST_P(F32ActsMatmul, MatchesTheSpecExactlyAndTheReferenceToRounding) {
     tc.ctx().act_precision = ActPrecision::F32;
     const auto exact = run(ref_ops(), w.m, x, n_tokens, tc.ctx());
     std::vector<uint8_t> store;
-    for (const Ops* ops : fast_backends()) {
+    for (const Ops* ops : fast_tables()) {
         SCOPED_TRACE(ops->name);
         const Matrix m = repacked(*ops, w.m, store, tc.ctx());
         const auto y = run(*ops, m, x, n_tokens, tc.ctx());
@@ -256,7 +256,7 @@ TEST_P(FloatMatmul, MatchesTheSpecExactlyAndABatchMatchesSingleTokens) {
     const auto x = random_acts(n_tokens, n_cols, 23);
     TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
     const auto exact = run(ref_ops(), w.m, x, n_tokens, tc.ctx());
-    for (const Ops* ops : fast_backends()) {
+    for (const Ops* ops : fast_tables()) {
         SCOPED_TRACE(ops->name);
         const int lanes = std::string(ops->name) == "avx512" ? 16 : 8;
         std::vector<float> spec(static_cast<size_t>(n_tokens * n_rows));
@@ -300,7 +300,7 @@ TEST(Matmul, SeveralMatricesInOneCallEachMatchTheirSpec) {
             }
             TestContext tc(3, static_cast<uint64_t>(n_in), n_tokens);
             std::vector<uint8_t> stores[3];
-            for (const Ops* ops : fast_backends()) {
+            for (const Ops* ops : fast_tables()) {
                 for (const bool packed : {false, true}) {
                     SCOPED_TRACE(std::string(name(type)) + " " + ops->name +
                                  (packed ? " repacked, " : " as stored, ") +
@@ -341,7 +341,7 @@ TEST(Matmul, RepackedCopiesCutIntoPartsMatchTheirSpec) {
         for (int i = 0; i < 3; ++i) ws.push_back(random_weights(type, rows[i], n_in, 70 + i));
         const int64_t max_tokens = 20;
         const auto x = random_acts(max_tokens, n_in, 80);
-        for (const Ops* ops : fast_backends()) {
+        for (const Ops* ops : fast_tables()) {
             const int64_t L = ops->packed_group_rows;
             for (const int n_parts : {2, 3}) {
                 for (const bool even : {true, false}) {
@@ -455,7 +455,7 @@ TEST(Matmul, ExpertGroupsEachMatchTheirSpec) {
             TestContext tc(3, static_cast<uint64_t>(n_in), n_rows_x);
             tc.ctx().act_precision = quant;
             std::vector<std::vector<uint8_t>> stores(2 * n_exp);
-            for (const Ops* ops : fast_backends()) {
+            for (const Ops* ops : fast_tables()) {
                 for (const bool packed : {false, true}) {
                     SCOPED_TRACE(std::string(name(type)) + " " + std::string(name(quant)) + " " +
                                  ops->name + (packed ? " repacked" : " as stored"));
@@ -511,7 +511,7 @@ TEST(Matmul, ActivationScalesRoundAsTheSpecAtEveryMagnitude) {
         const Weights w = random_weights(type, n_rows, n_cols, 72);
         std::vector<float> spec(static_cast<size_t>(n_tokens * n_rows));
         ref::matmul_int(w.m, x.data(), n_tokens, ActPrecision::Int8, spec.data());
-        for (const Ops* ops : fast_backends()) {
+        for (const Ops* ops : fast_tables()) {
             SCOPED_TRACE(std::string(name(type)) + " " + ops->name);
             const Matrix m = repacked(*ops, w.m, store, tc.ctx());
             for (const int64_t nt : {int64_t{1}, n_tokens}) {
@@ -544,7 +544,7 @@ TEST(Matmul, Q8_0WeightsAtTheEndsOfTheirRangeAreExact) {
     ref::matmul_int(w.m, x.data(), n_tokens, ActPrecision::Int8, spec.data());
     TestContext tc(2, static_cast<uint64_t>(n_cols), n_tokens);
     std::vector<uint8_t> store;
-    for (const Ops* ops : fast_backends()) {
+    for (const Ops* ops : fast_tables()) {
         for (const bool packed : {false, true}) {
             SCOPED_TRACE(std::string(ops->name) + (packed ? " repacked" : " as stored"));
             const Matrix m = packed ? repacked(*ops, w.m, store, tc.ctx()) : w.m;
@@ -557,7 +557,7 @@ TEST(Matmul, Q8_0WeightsAtTheEndsOfTheirRangeAreExact) {
     }
 }
 
-// check(ops, m, spec) for each integer activation precision, fast backend
+// check(ops, m, spec) for each integer activation precision, fast table
 // and w as stored and repacked: spec is ref::matmul_int's y for x's
 // n_tokens tokens at that precision (set in tc's Context).
 template <class Check>
@@ -568,7 +568,7 @@ void for_each_int_path(const Weights& w, const std::vector<float>& x, int64_t n_
         std::vector<float> spec(static_cast<size_t>(n_tokens * w.m.n_rows));
         ref::matmul_int(w.m, x.data(), n_tokens, quant, spec.data());
         tc.ctx().act_precision = quant;
-        for (const Ops* ops : fast_backends()) {
+        for (const Ops* ops : fast_tables()) {
             for (const bool packed : {false, true}) {
                 SCOPED_TRACE(std::string(ops->name) + (packed ? " repacked" : " as stored"));
                 check(*ops, packed ? repacked(*ops, w.m, store, tc.ctx()) : w.m, spec);
@@ -640,7 +640,7 @@ TEST(Matmul, Mxfp4ScalesAtTheEndsOfTheirRangeAreExact) {
 }
 
 // Q8_K (llama.cpp's activation type, which a file may still hold) has no
-// integer kernel: the fast backends hand it to the reference.
+// integer kernel: the fast tables hand it to the reference.
 TEST(Matmul, TypesWithoutFastKernelsFallBackToTheReference) {
     HR_REQUIRE_FAST_BACKEND();
     const int64_t n_rows = 9, n_cols = 256;
@@ -652,7 +652,7 @@ TEST(Matmul, TypesWithoutFastKernelsFallBackToTheReference) {
     const auto x = random_acts(2, n_cols, 9);
     TestContext tc(2, n_cols, 2);
     const auto exact = run(ref_ops(), m, x, 2, tc.ctx());
-    for (const Ops* ops : fast_backends()) {
+    for (const Ops* ops : fast_tables()) {
         const auto y = run(*ops, m, x, 2, tc.ctx());
         for (size_t i = 0; i < y.size(); ++i) ASSERT_TRUE(same_bits(y[i], exact[i]));
     }
@@ -748,7 +748,7 @@ TEST(Dispatch, DecodePrefetchDistanceIsTheCpusOrTheOneAskedFor) {
 class ExercisedBackends : public ::testing::Environment {
   public:
     void TearDown() override {
-        const auto fast = test::fast_backends();
+        const auto fast = test::fast_tables();
         std::string names;
         for (const Ops* o : fast) names += std::string(names.empty() ? "" : ", ") + o->name;
         if (fast.empty())

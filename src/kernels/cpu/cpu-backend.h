@@ -17,6 +17,7 @@
 #include "core/region.h"
 #include "core/thread-pool.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/ops.h"
 
 namespace headroom::kernels {
 

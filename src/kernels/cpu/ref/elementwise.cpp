@@ -1,9 +1,9 @@
-// Elementwise kernels shared by every backend: O(n) work the compiler
+// Elementwise kernels shared by every table: O(n) work the compiler
 // vectorizes well enough next to the matmuls.
 #include <cmath>
 
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/ref/quant.h"
-#include "kernels/kernels.h"
 
 namespace headroom::kernels {
 

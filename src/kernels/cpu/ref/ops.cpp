@@ -1,13 +1,13 @@
-// The reference backend: plain loops, f32 everywhere, weights dequantized a
-// row at a time. Slow and obviously right; the fast backends are tested
+// The reference table: plain loops, f32 everywhere, weights dequantized a
+// row at a time. Slow and obviously right; the fast tables are tested
 // against it.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "core/thread-pool.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/ref/quant.h"
-#include "kernels/kernels.h"
 
 namespace headroom::kernels {
 

@@ -7,7 +7,7 @@
 
 #include "core/check.h"
 #include "core/half.h"
-#include "kernels/act-format.h"
+#include "kernels/cpu/act-format.h"
 #include "kernels/cpu/ref/quant.h"
 
 namespace headroom::ref {

@@ -1,14 +1,14 @@
 // The spec of the fast matmul kernels' arithmetic, in plain scalar code: how
-// activations are quantized (kernels/act-format.h) and which float operations,
+// activations are quantized (kernels/cpu/act-format.h) and which float operations,
 // in which order, turn exact integer block sums into y. A fast kernel computes
 // its integer sums however it likes (they are exact) and must then match these
 // functions bit for bit; tests hold it to that. Independently, the reference
-// backend (f32 activations, ops.cpp) bounds how far both are from exact.
+// table (f32 activations, ops.cpp) bounds how far both are from exact.
 #pragma once
 
 #include <cstdint>
 
-#include "kernels/kernels.h"
+#include "kernels/cpu/ops.h"
 
 namespace headroom::ref {
 

@@ -1,6 +1,6 @@
 // Quantizing activations for the x86 integer matmuls (templates over the
 // vector traits V): ref::quantize_acts' values, plus the per-block sums the
-// kernels of gemm.h take (kernels/act-format.h).
+// kernels of gemm.h take (kernels/cpu/act-format.h).
 #pragma once
 
 #include <immintrin.h>
@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include "core/thread-pool.h"
-#include "kernels/act-format.h"
-#include "kernels/kernels.h"
+#include "kernels/cpu/act-format.h"
+#include "kernels/cpu/ops.h"
 
 namespace headroom::kernels::x86 {
 
@@ -39,7 +39,7 @@ inline float round_to_f16(float x) {
 }
 
 // Quantizes one row x[0..n) as ref::quantize_acts does, and writes the sums
-// this backend's kernels need for weights of type wt (act-format.h).
+// this table's kernels need for weights of type wt (act-format.h).
 template <class V>
 void quantize_act_row(const float* x, const ActLayout& al, TensorType wt, ActPrecision quant,
                       uint8_t* row) {

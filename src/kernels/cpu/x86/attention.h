@@ -1,4 +1,4 @@
-// Flash-style attention for the x86 backends (templates over the vector
+// Flash-style attention for the x86 tables (templates over the vector
 // traits V), decode and prefill alike.
 //
 // Keys are visited in chunks of up to kMaxChunkKeys consecutive positions
@@ -33,9 +33,9 @@
 
 #include "core/half.h"
 #include "core/thread-pool.h"
-#include "kernels/cpu/x86/backends.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/x86/elementwise.h"
-#include "kernels/kernels.h"
+#include "kernels/cpu/x86/tables.h"
 
 namespace headroom::kernels::x86 {
 

@@ -1,4 +1,4 @@
-// Elementwise ops for the x86 backends (templates over the vector traits V):
+// Elementwise ops for the x86 tables (templates over the vector traits V):
 // vectorized, and spread over the pool when there is enough work. Each output
 // row depends only on its input row, so they are batch invariant.
 #pragma once
@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "core/thread-pool.h"
-#include "kernels/kernels.h"
+#include "kernels/cpu/ops.h"
 
 namespace headroom::kernels::x86 {
 

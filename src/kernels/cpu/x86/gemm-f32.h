@@ -1,4 +1,4 @@
-// Matmuls in f32 for the x86 backends (templates over the vector traits V):
+// Matmuls in f32 for the x86 tables (templates over the vector traits V):
 // quantized weights against unquantized activations (ActPrecision::F32), and
 // float weights (F32, F16, BF16).
 //

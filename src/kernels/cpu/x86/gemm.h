@@ -1,5 +1,5 @@
 // Integer matmuls (matrix x matrix and matrix x vector) for the x86
-// backends, templates over the vector traits V (simd-avx2.h, simd-avx512.h).
+// tables, templates over the vector traits V (simd-avx2.h, simd-avx512.h).
 //
 // A row group (V::kLanes rows) is read a chunk of blocks at a time (pack.h).
 // Per block, one integer accumulator per token collects the exact u8 x s8 dot
@@ -27,10 +27,10 @@
 #include "core/check.h"
 #include "core/share-queue.h"
 #include "core/thread-pool.h"
-#include "kernels/act-format.h"
+#include "kernels/cpu/act-format.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/x86/act-quant.h"
 #include "kernels/cpu/x86/pack.h"
-#include "kernels/kernels.h"
 #include "kernels/moe.h"
 
 namespace headroom::kernels::x86 {
@@ -95,7 +95,7 @@ HR_KERNEL_INLINE typename V::I abs_if_signed(typename V::I w) {
 // ---- per-block arithmetic, shared by the panel and the direct (decode) paths --
 
 // s[t] = the int16 sum of the multiply-add pair sums of vectors w[0, G) with
-// the activations at tok[t].qs + at (4 per vector), for backends with
+// the activations at tok[t].qs + at (4 per vector), for tables with
 // V::kPairSums16. Exact while G pair sums fit int16: the callers bound the
 // weight levels.
 template <class V, int NR, int G>
@@ -1123,7 +1123,7 @@ ShareQueue item_queue(const IntMatmul<V>& mm, int n_threads, int64_t n_tokens) {
 // y_i = x @ W_i^T for n matrices of one type and width (a layer's Q, K, V, or
 // gate and up) as one piece of work: their row groups are handed out from one
 // queue, so the threads finish together once, not n times.
-// packed[i]: W_i.packed holds this backend's repacked copy.
+// packed[i]: W_i.packed holds this table's repacked copy.
 template <class V>
 void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x, const Context& ctx,
                 const bool* packed) {
@@ -1144,7 +1144,7 @@ void matmul_int(const Matrix* const* ws, float* const* ys, int n, const Acts& x,
 // groups' items are numbered one after another and handed out from one
 // queue. A thread sets up the IntMatmul of the group its items are in when
 // it enters that group (its share is contiguous, so rarely).
-// is_packed(W): W.packed holds this backend's repacked copy.
+// is_packed(W): W.packed holds this table's repacked copy.
 template <class V>
 void matmul_experts_int(const ExpertGroup* gs, int n_groups, int n_ws, const Acts& x,
                         float* const* ys, const Context& ctx, bool (*is_packed)(const Matrix&)) {

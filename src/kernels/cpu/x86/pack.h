@@ -1,5 +1,5 @@
 // Reading quantized weights as interleaved vectors; repacking them at load
-// time; packing panels for a batch. Shared by the x86 backends (templates
+// time; packing panels for a batch. Shared by the x86 tables (templates
 // over the vector traits V, instantiated in each ISA's file).
 //
 // A row group is V::kLanes (L) consecutive weight rows. The readers turn one
@@ -20,7 +20,7 @@
 // Q4_K / Q5_K scale bits rearranged to unpack cheaply, repack_scales; Q6_K
 // weight bits likewise, ReadQ6K::repack_weights, Q3_K's weight and scale
 // bits, ReadQ3K::repack_weights and repack_scales, and Q5_K's where the
-// backend multiplies any u8, ReadQ45K::repack_levels):
+// table multiplies any u8, ReadQ45K::repack_levels):
 // a decode step then streams forward through one run of plain loads.
 // The copy has the original's size, rounded up to whole row groups.
 //
@@ -49,9 +49,9 @@
 #include <cstring>
 
 #include "format/tensor-type.h"
-#include "kernels/act-format.h"
+#include "kernels/cpu/act-format.h"
 #include "kernels/cpu/ref/quant.h"
-#include "kernels/cpu/x86/backends.h"
+#include "kernels/cpu/x86/tables.h"
 
 namespace headroom::kernels::x86 {
 
@@ -126,7 +126,7 @@ constexpr uint64_t field_bytes(FieldKind k) {
 // read strictly forward keeps the hardware prefetcher ahead; reading a
 // block's scale after its weights (a step back every block) cost Q8_0 about
 // a fifth of one core's read rate.
-// kFiveVectors: the backend's Q5_K copy holds the levels sub-block by
+// kFiveVectors: the table's Q5_K copy holds the levels sub-block by
 // sub-block (ReadQ45K::repack_levels), in the place of qh and qs, so each
 // sub-block's bits are read in one forward run.
 template <TensorType T, bool kFiveVectors = false>
@@ -280,7 +280,7 @@ struct PackedSrc {
 };
 
 // Q8_0 weights (s8) as the multiply-adds take them: w + 128 as u8 where the
-// backend multiplies u8 weights (V::kQ8Unsigned), else w as it is.
+// table multiplies u8 weights (V::kQ8Unsigned), else w as it is.
 template <class V>
 HR_KERNEL_INLINE typename V::I q8_ready(typename V::I w) {
     if constexpr (V::kQ8Unsigned)
@@ -523,7 +523,7 @@ struct ReadQ45K {
         dmin = src.half(b, 2);
     }
 
-    // Q5_K's levels in the copy of a backend with kQ5KFiveVectors. The 32
+    // Q5_K's levels in the copy of a table with kQ5KFiveVectors. The 32
     // levels of sub-block s (vectors 0..7 of 4 each) are 5 vectors P_4,
     // P_0, ..., P_3 (in that order, as sub_x8 reads them), byte i of lane r
     // (row r) holding, with L_k the level of byte i of vector k,

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/x86/backends.h"
+#include "kernels/cpu/x86/tables.h"
 
 namespace headroom::kernels::x86 {
 

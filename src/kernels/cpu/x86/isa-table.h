@@ -1,19 +1,19 @@
-// One x86 backend's table of ops: the shared kernels of this directory
-// instantiated with the vector traits V. Each backend's own translation unit
+// One x86 instruction set's table of ops: the shared kernels of this directory
+// instantiated with the vector traits V. Each instruction set's translation unit
 // (compiled with its instruction set's flags) includes this once and names
-// its table, e.g. Backend<Avx512>::ops().
+// its table, e.g. IsaTable<Avx512>::ops().
 #pragma once
 
 #include "kernels/cpu/x86/attention.h"
-#include "kernels/cpu/x86/backends.h"
 #include "kernels/cpu/x86/elementwise.h"
 #include "kernels/cpu/x86/gemm-f32.h"
 #include "kernels/cpu/x86/gemm.h"
+#include "kernels/cpu/x86/tables.h"
 
 namespace headroom::kernels::x86 {
 
 template <class V>
-struct Backend {
+struct IsaTable {
     static const Ops& ops() {
         static const Ops kOps = {V::kName,        prepare<V>,  matmul,     matmul_n,
                                  matmul_experts,  attend,      rmsnorm<V>, rope<V>,
@@ -22,7 +22,7 @@ struct Backend {
         return kOps;
     }
 
-    // w.packed holds this backend's repacked copy (made through its table).
+    // w.packed holds this table's repacked copy (made through its table).
     static bool is_packed(const Matrix& w) { return w.packed && w.packed_for == &ops(); }
 
     static void matmul(const Matrix& w, const Acts& x, float* y, const Context& ctx) {

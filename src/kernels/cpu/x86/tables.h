@@ -1,10 +1,10 @@
-// The x86 backends' tables. Call only after checking that the CPU has the
+// The x86 tables' tables. Call only after checking that the CPU has the
 // instruction set (dispatch.cpp does): the functions behind them use it.
 #pragma once
 
 #include <cstdint>
 
-#include "kernels/kernels.h"
+#include "kernels/cpu/ops.h"
 
 // The readers and the per-block arithmetic of the shared kernels must inline
 // into the kernels: called, their vectors would round-trip through the stack.

@@ -1,4 +1,4 @@
-// The AVX-512 backend (F, BW, VL, DQ and VNNI, as on Zen 4 and Ice Lake
+// The AVX-512 table (F, BW, VL, DQ and VNNI, as on Zen 4 and Ice Lake
 // onwards): the shared x86 kernels instantiated with 16-lane vectors.
 // vpdpbusd does the u8 x s8 multiply-adds of the integer matmuls, 64 per
 // instruction; see gemm.h for the tiling and pack.h for the panel layout.
@@ -9,13 +9,13 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
-#include "kernels/cpu/x86/backend.h"
+#include "kernels/cpu/x86/isa-table.h"
 #include "kernels/cpu/x86/simd-avx512.h"
 
 namespace headroom::kernels::x86 {
 
 const Ops& avx512_table() {
-    return Backend<Avx512>::ops();
+    return IsaTable<Avx512>::ops();
 }
 
 }  // namespace headroom::kernels::x86

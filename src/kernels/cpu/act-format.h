@@ -13,19 +13,19 @@
 //   lo    int8[n]           Int16 only
 //   d     f32[n / block]    scale of each block
 //   sums  per block:        what the weight type needs besides the dot product
-//     32-element types: 4 bytes, backend-defined (the offset correction
+//     32-element types: 4 bytes, table-defined (the offset correction
 //                       -offset * sum(a) as int32, or ref::quantize_acts'
 //                       s as f32 for the types with a min, Q4_1 / Q5_1)
-//     K types:          kKSumBytes, backend-defined (sub-block sums)
+//     K types:          kKSumBytes, table-defined (sub-block sums)
 //
 // Rows start 64-byte aligned. The values (qs, lo, d) are fixed by
-// ref::quantize_acts, the spec; the sums are each backend's business.
+// ref::quantize_acts, the spec; the sums are each table's business.
 #pragma once
 
 #include <cstdint>
 
 #include "format/tensor-type.h"
-#include "kernels/kernels.h"
+#include "kernels/cpu/ops.h"
 
 namespace headroom::kernels {
 

@@ -22,6 +22,7 @@
 #include "format/tensor-type.h"
 #include "kernels/kv-dtype.h"
 #include "kernels/kv-layout.h"
+#include "kernels/op-args.h"
 #include "kernels/step-view.h"
 
 namespace headroom {
@@ -59,7 +60,7 @@ struct Matrix {
     int64_t n_cols = 0;
     uint64_t row_bytes = 0;
     // A copy of the weights in the layout `packed_for` reads fastest (made by
-    // its repack at load time), or null. Other backends read `data`.
+    // its repack at load time), or null. Other tables read `data`.
     const uint8_t* packed = nullptr;
     const Ops* packed_for = nullptr;
     // Where the copy is cut into parts (packed is then part 0's start), or
@@ -74,16 +75,6 @@ inline const uint8_t* packed_rows(const Matrix& w, int64_t r) {
     const int t = w.parts->part_of(r);
     return w.parts->data[t] + static_cast<uint64_t>(r - w.parts->row0[t]) * w.row_bytes;
 }
-
-// How the fast backends feed activations to matmuls against quantized
-// weights. Int8 is llama.cpp's scheme (an int8 per element, a scale per
-// block) and the fastest. Int16 carries 15 significant bits as two int8
-// halves, a = 256 * hi + lo, for twice the multiply-adds. F32 does not
-// quantize: weights are dequantized and multiplied in f32, as the reference
-// does, at f32 FMA speed. Against transformers' f32 logits, the largest
-// difference on SmolLM2-135M (Gemma-3-270M) is 0.91 (2.0) with Int8, 5e-3
-// (8e-3) with Int16, 2e-4 (5e-4) with F32 (tests/kernels/test_act_precision_logits.py).
-enum class ActPrecision : uint8_t { Int8, Int16, F32 };
 
 struct Context {
     ThreadPool* pool = nullptr;
@@ -103,7 +94,7 @@ struct Context {
 
 // Activations x (n_tokens, n) prepared for matmuls against weights of one
 // type: the fast kernels quantize x into Context::acts_q (Int8, Int16;
-// layouts in kernels/act-format.h); the reference, the F32 precision and the
+// layouts in kernels/cpu/act-format.h); the reference, the F32 precision and the
 // float-weight kernels read f32.
 struct Acts {
     const float* f32 = nullptr;  // (n_tokens, n)
@@ -132,30 +123,6 @@ inline Acts acts_rows(const Acts& x, int64_t row0, int64_t n) {
     a.n_tokens = n;
     return a;
 }
-
-enum class RopeMode { Normal, NeoX };
-
-struct RopeArgs {
-    uint32_t n_head = 0;
-    uint32_t head_dim = 0;
-    uint32_t n_rot = 0;  // leading dims rotated (even)
-    float base = 10000.0f;
-    float position_scale = 1.0f;          // linear RoPE scaling: theta uses pos × scale
-    const float* freq_factors = nullptr;  // (n_rot / 2), divides each frequency (Llama 3.1)
-    RopeMode mode = RopeMode::Normal;
-    // YaRN context extension (0: none): pair i's angle blends the plain one
-    // (theta_e) with it divided by the factor (theta_i), theta = theta_i
-    // (1 - r_i) + theta_e r_i, where the ramp r_i falls from 1 to 0 between
-    // the pairs that turn beta_fast and beta_slow times over orig_ctx
-    // positions (rounded out to whole pairs unless !yarn_truncate, as
-    // gpt-oss's reference computes it); cos and sin are scaled by
-    // 1 + 0.1 ln(factor) (rope_yarn_mscale).
-    float yarn_factor = 0.0f;
-    uint32_t yarn_orig_ctx = 0;
-    float yarn_beta_fast = 32.0f;
-    float yarn_beta_slow = 1.0f;
-    bool yarn_truncate = true;
-};
 
 // One forward call's attention for one layer: every token of the step
 // attends, causally, to its own sequence's cached keys and values, found
@@ -223,7 +190,7 @@ struct Ops {
     // As kernels::store_row (a K or V row into the cache), on the calling thread.
     void (*store_row)(const float* x, int64_t n, KvDtype dtype, uint8_t* dst);
 
-    // Bytes of w's repacked copy in this backend's layout, or 0 if it reads
+    // Bytes of w's repacked copy in this table's layout, or 0 if it reads
     // w as stored. The copy replaces the stored weights in memory, and is
     // their size rounded up to whole row groups (16 rows at most).
     uint64_t (*packed_bytes)(const Matrix& w);
@@ -247,7 +214,7 @@ inline void matmul_experts_one_by_one(const ExpertGroup* gs, int n_groups, int n
                    ys[i] + gs[g].row0 * gs[g].ws[i]->n_rows, ctx);
 }
 
-// Best backend for this CPU (or HEADROOM_ISA).
+// Best table for this CPU (or HEADROOM_ISA).
 const Ops& ops();
 const Ops& ref_ops();
 // nullptr when the CPU lacks the ISA or it is not built.
@@ -255,33 +222,15 @@ const Ops* avx2_ops();
 const Ops* avxvnni_ops();
 const Ops* avx512_ops();
 
-// The precision a Runner's Context starts with unless told: Int8, or
-// HEADROOM_ACT_PRECISION (int8, int16, f32).
-ActPrecision default_act_precision();
-// Parses "int8", "int16", "f32"; nullopt otherwise.
-std::optional<ActPrecision> act_precision_from_name(std::string_view name);
-std::string_view name(ActPrecision p);
-
 // Context::decode_prefetch_bytes for `ops` on this CPU, or
 // HEADROOM_DECODE_PREFETCH (bytes, 0 to 65536, a multiple of 64).
 uint64_t decode_prefetch_bytes(const Ops& ops);
-
-// Bytes each pool thread needs in Context::scratch for any backend, for a
-// model whose matmul inputs are at most max_in wide, whose heads are at most
-// max_head wide, with `group` query heads per KV head and n_head in all.
-uint64_t thread_scratch_bytes(uint64_t max_in, uint64_t max_head, uint64_t group, uint64_t n_head);
-// Bytes of Context::acts_q one token of n activations needs for any backend.
-uint64_t acts_row_bytes(uint64_t n);
 
 // ---- scalar elementwise ops (the reference implementations) ----
 
 void rmsnorm(const float* x, const float* w, float weight_offset, float eps, int64_t n_tokens,
              int64_t n, float* out);
 void rope(float* x, int64_t n_tokens, const uint32_t* positions, const RopeArgs& args);
-// The angle rope() turns pair i of a token at `position` by.
-double rope_theta(uint32_t position, uint32_t i, const RopeArgs& args);
-// What rope() scales cos and sin by: 1, or YaRN's 1 + 0.1 ln(factor).
-float rope_yarn_mscale(const RopeArgs& args);
 // Attention's last step for one (token, head): out = acc / l, or with a
 // sink logit (AttentionArgs::sinks) folded into the running max m and sum l.
 inline void attention_finish(const float* acc, float m, float l, const float* sink, uint32_t n,

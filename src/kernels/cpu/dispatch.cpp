@@ -1,4 +1,4 @@
-// Backend choice and the scratch sizes every backend agrees to. This file is
+// The choice of table and the scratch sizes every table agrees to. This file is
 // compiled for the baseline ISA: it checks the CPU before it touches an
 // ISA-specific table.
 #if defined(__x86_64__)
@@ -11,9 +11,9 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "kernels/act-format.h"
-#include "kernels/cpu/x86/backends.h"
-#include "kernels/kernels.h"
+#include "kernels/cpu/act-format.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/x86/tables.h"
 
 namespace headroom::kernels {
 

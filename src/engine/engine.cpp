@@ -6,44 +6,11 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "engine/stop-strings.h"
 
 namespace headroom {
 
 using Clock = std::chrono::steady_clock;
-
-// ---- Request ---------------------------------------------------------------
-
-void Request::push(TokenEvent event) {
-    {
-        std::lock_guard lk(mu_);
-        if (event.finish != FinishReason::None && ++n_closed_ >= n_choices_) done_ = true;
-        // A reader that lags keeps half the vector taken: close the gap
-        // rather than grow (erasing does not reallocate).
-        if (head_ > 0 && 2 * head_ >= events_.size()) {
-            events_.erase(events_.begin(), events_.begin() + static_cast<ptrdiff_t>(head_));
-            head_ = 0;
-        }
-        events_.push_back(std::move(event));
-    }
-    cv_.notify_all();
-}
-
-bool Request::next(TokenEvent& event, std::chrono::milliseconds timeout) {
-    std::unique_lock lk(mu_);
-    if (!cv_.wait_for(lk, timeout, [&] { return head_ < events_.size() || done_; })) return false;
-    if (head_ == events_.size()) return false;
-    event = std::move(events_[head_++]);
-    if (head_ == events_.size()) {
-        events_.clear();
-        head_ = 0;
-    }
-    return true;
-}
-
-bool Request::finished() const {
-    std::lock_guard lk(mu_);
-    return done_ && head_ == events_.size();
-}
 
 // ---- Engine ------------------------------------------------------------------
 
@@ -150,8 +117,6 @@ std::shared_ptr<Request> Engine::submit(GenerateRequest request, std::string* er
     r->group_.seqs.push_back(&r->cands_[0].seq);
     r->group_.n_seats = n_candidates;
     if (r->beam_) r->hyps_.reserve(n_candidates + 1);
-    for (const auto& stop : r->params_.stop)
-        r->max_stop_bytes_ = std::max(r->max_stop_bytes_, stop.size());
     r->t_arrival_ = Clock::now();
     r->events_.reserve(16);
     {
@@ -201,7 +166,7 @@ void Engine::drain_inbox() {
         for (const auto& [id, r] : active_) cancels.push_back(id);
     for (uint64_t id : cancels) {
         auto it = active_.find(id);
-        if (it != active_.end()) finish(*it->second, FinishReason::Abort);
+        if (it != active_.end()) abort_request(*it->second, FinishReason::Abort);
     }
     if (!incoming.empty() || !cancels.empty()) update_gauges();
 }
@@ -295,7 +260,7 @@ void Engine::run_step(const SchedulerOutput& out) {
         r->in_step_ = false;
         beam_step(*r);
     }
-    for (auto [r, i] : finished_this_step_) finish_candidate(*r, r->cands_[i], r->cands_[i].finish);
+    for (auto [r, i] : finished_this_step_) close_choice(*r, r->cands_[i], r->cands_[i].finish);
 }
 
 void Engine::sample_into(Request& r, Request::Candidate& c, std::span<float> logits) {
@@ -307,192 +272,6 @@ void Engine::sample_into(Request& r, Request::Candidate& c, std::span<float> log
     seq.tokens.push_back(res.token);
     c.cum_logprob += res.logprob;
     emit_token(r, c, res);
-}
-
-void Engine::fan_out(Request& r, std::span<float> logits) {
-    r.forked_ = true;
-    Request::Candidate& lead = r.cands_[0];
-    for (size_t i = 1; i < r.cands_.size(); ++i) {
-        Request::Candidate& c = r.cands_[i];
-        c.seq.tokens.assign(lead.seq.tokens.begin(), lead.seq.tokens.end());
-        scheduler_.fork(&lead.seq, &c.seq);
-        c.live = true;
-    }
-    row_copy_.assign(logits.begin(), logits.end());  // penalties change the row in place
-    for (size_t i = 0; i < r.cands_.size(); ++i) {
-        if (i > 0) std::copy(row_copy_.begin(), row_copy_.end(), logits.begin());
-        sample_into(r, r.cands_[i], logits);
-    }
-}
-
-void Engine::rank_continuations(Request& r, Request::Candidate& c, std::span<const float> logits) {
-    // log p(t) = l_t - max - log sum_j exp(l_j - max)
-    const float mx = *std::max_element(logits.begin(), logits.end());
-    double sum = 0;
-    for (float x : logits) sum += std::exp(static_cast<double>(x - mx));
-    const auto log_z = static_cast<float>(std::log(sum)) + mx;
-    const size_t k = std::min<size_t>(2 * r.cands_.size(), logits.size());
-    // The k largest logits, kept sorted best first (ties: the lower token id).
-    auto better = [](const TokenLogprob& a, const TokenLogprob& b) {
-        return a.logprob > b.logprob || (a.logprob == b.logprob && a.token < b.token);
-    };
-    c.next.clear();
-    for (size_t t = 0; t < logits.size(); ++t) {
-        const TokenLogprob cand{static_cast<int32_t>(t), logits[t]};
-        if (c.next.size() == k && !better(cand, c.next.back())) continue;
-        if (c.next.size() == k) c.next.pop_back();
-        c.next.insert(std::upper_bound(c.next.begin(), c.next.end(), cand, better), cand);
-    }
-    for (auto& x : c.next) x.logprob -= log_z;
-    c.has_next = true;
-}
-
-void Engine::add_hypothesis(Request& r, const Request::Candidate& c, int32_t end_token, double cum,
-                            FinishReason reason) {
-    Request::Hypothesis h;
-    h.output.assign(c.seq.tokens.begin() + c.seq.n_prompt, c.seq.tokens.end());
-    h.n_tokens = static_cast<uint32_t>(h.output.size()) + (end_token >= 0 ? 1 : 0);
-    h.reason = reason;
-    h.score = cum / std::pow(static_cast<double>(std::max<uint32_t>(h.n_tokens, 1)),
-                             static_cast<double>(r.length_penalty_));
-    // Kept best first, at most beam_width of them (stable: earlier wins ties).
-    auto at = std::upper_bound(
-        r.hyps_.begin(), r.hyps_.end(), h.score,
-        [](double score, const Request::Hypothesis& x) { return score > x.score; });
-    r.hyps_.insert(at, std::move(h));
-    if (r.hyps_.size() > r.cands_.size()) r.hyps_.pop_back();
-}
-
-void Engine::beam_step(Request& r) {
-    const size_t width = r.cands_.size();
-    for (const auto& c : r.cands_)
-        if (c.live && !c.has_next) return;  // a beam still computes its tail
-    struct Option {
-        double score;
-        uint32_t slot;
-        int32_t token;
-        float logprob;
-    };
-    std::vector<Option> options;
-    for (uint32_t i = 0; i < width; ++i) {
-        const auto& c = r.cands_[i];
-        if (!c.live) continue;
-        for (const auto& x : c.next)
-            options.push_back({c.cum_logprob + x.logprob, i, x.token, x.logprob});
-    }
-    std::sort(options.begin(), options.end(), [](const Option& a, const Option& b) {
-        if (a.score != b.score) return a.score > b.score;
-        if (a.slot != b.slot) return a.slot < b.slot;
-        return a.token < b.token;
-    });
-    const auto& stop_ids = r.params_.stop_token_ids;
-    auto ends = [&](int32_t t) {
-        return (!r.params_.ignore_eos && tokenizer_.is_end_of_generation(t)) ||
-               std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end();
-    };
-    // The best `width` continuations that do not end; an ending one among
-    // the best `width` is a finished hypothesis.
-    std::vector<Option> chosen;
-    for (size_t rank = 0; rank < options.size() && chosen.size() < width; ++rank) {
-        const Option& o = options[rank];
-        if (ends(o.token)) {
-            if (rank < width)
-                add_hypothesis(r, r.cands_[o.slot], o.token, o.score, FinishReason::Stop);
-            continue;
-        }
-        chosen.push_back(o);
-    }
-    // Parents no continuation chose are dropped (their own blocks freed);
-    // a parent chosen k times keeps one and forks k - 1 into free slots.
-    std::vector<uint32_t> n_children(width, 0);
-    for (const Option& o : chosen) ++n_children[o.slot];
-    std::vector<uint32_t> free_slots;
-    for (uint32_t i = 0; i < width; ++i) {
-        auto& c = r.cands_[i];
-        c.has_next = false;
-        if (c.live && n_children[i] == 0) {
-            scheduler_.remove_member(&c.seq);
-            c.live = false;
-        }
-        if (!c.live) free_slots.push_back(i);
-    }
-    std::vector<uint32_t> target(chosen.size());
-    std::vector<bool> parent_used(width, false);
-    for (size_t j = 0; j < chosen.size(); ++j) {
-        const uint32_t p = chosen[j].slot;
-        if (!parent_used[p]) {
-            parent_used[p] = true;
-            target[j] = p;
-            continue;
-        }
-        HR_CHECK(!free_slots.empty());
-        const uint32_t f = free_slots.back();
-        free_slots.pop_back();
-        auto& parent = r.cands_[p];
-        auto& child = r.cands_[f];
-        child.seq.tokens.assign(parent.seq.tokens.begin(), parent.seq.tokens.end());
-        child.cum_logprob = parent.cum_logprob;
-        scheduler_.fork(&parent.seq, &child.seq);
-        child.live = true;
-        target[j] = f;
-    }
-    for (size_t j = 0; j < chosen.size(); ++j) {
-        auto& c = r.cands_[target[j]];
-        c.seq.tokens.push_back(chosen[j].token);
-        c.cum_logprob += chosen[j].logprob;
-    }
-    const auto now = Clock::now();
-    if (!r.first_token_seen_) {
-        metrics_.ttft_s.observe(std::chrono::duration<double>(now - r.t_arrival_).count());
-        r.first_token_seen_ = true;
-        r.t_first_token_ = now;
-    }
-    metrics_.generation_tokens.fetch_add(chosen.size(), std::memory_order_relaxed);
-
-    // Done: the beams reached max_tokens (they are finished as they stand),
-    // or beam_width hypotheses are in and (early_stopping, or) no live beam
-    // can beat the worst of them at its present length.
-    bool done = false;
-    double best_live = -INFINITY;
-    uint32_t n_out = 0;
-    bool at_length = false;
-    for (const auto& c : r.cands_) {
-        if (!c.live) continue;
-        best_live = std::max(best_live, c.cum_logprob);
-        n_out = c.seq.n_output();
-        at_length = at_length || c.seq.tokens.size() >= c.seq.max_total;
-    }
-    if (at_length || chosen.empty()) {
-        for (const auto& c : r.cands_)
-            if (c.live) add_hypothesis(r, c, -1, c.cum_logprob, FinishReason::Length);
-        done = true;
-    } else if (r.hyps_.size() >= width) {
-        done = r.early_stopping_ ||
-               r.hyps_.back().score >= best_live / std::pow(static_cast<double>(n_out),
-                                                            static_cast<double>(r.length_penalty_));
-    }
-    if (done) finish_beams(r);
-}
-
-void Engine::finish_beams(Request& r) {
-    for (uint32_t j = 0; j < r.n_choices_; ++j) {
-        TokenEvent ev;
-        ev.index = j;
-        ev.finish = FinishReason::Abort;
-        if (j < r.hyps_.size()) {
-            const auto& h = r.hyps_[j];
-            StreamDecoder decoder(tokenizer_, r.render_special_);
-            for (int32_t t : h.output) ev.text += decoder.push(t);
-            ev.text += decoder.flush();
-            ev.finish = h.reason;
-            r.n_output_.fetch_add(h.n_tokens, std::memory_order_relaxed);
-        }
-        if (j == 0) r.finish_.store(ev.finish);
-        r.push(std::move(ev));
-    }
-    for (auto& c : r.cands_) c.live = false;
-    scheduler_.remove(&r.group_);
-    complete(r, r.finish_.load());
 }
 
 void Engine::emit_token(Request& r, Request::Candidate& c, const SampleResult& s) {
@@ -520,31 +299,17 @@ void Engine::emit_token(Request& r, Request::Candidate& c, const SampleResult& s
         reason = FinishReason::Stop;
     } else {
         c.text += c.decoder->push(s.token);
-        // A stop string ends the output where it starts.
-        size_t stop_at = std::string::npos;
-        for (const auto& stop : r.params_.stop) {
-            const size_t at = c.text.find(stop, c.n_emitted);
-            if (at != std::string::npos && at < stop_at) stop_at = at;
-        }
-        if (stop_at != std::string::npos) {
-            c.text.resize(stop_at);
+        const std::string_view pending = std::string_view(c.text).substr(c.n_emitted);
+        const StopScan scan = scan_stop_strings(pending, r.params_.stop);
+        ev.text = std::string(pending.substr(0, scan.send));
+        if (scan.stopped) {
             reason = FinishReason::Stop;
-            ev.text = c.text.substr(c.n_emitted);
+            c.text.resize(c.n_emitted + scan.send);
             c.n_emitted = c.text.size();
             c.decoder.reset();  // nothing after the stop string is sent
         } else {
-            // Hold back the longest tail that could still start a stop string.
-            size_t hold = 0;
-            const size_t pending = c.text.size() - c.n_emitted;
-            for (size_t k = std::min(pending, r.max_stop_bytes_ ? r.max_stop_bytes_ - 1 : 0);
-                 k > 0 && !hold; --k) {
-                const std::string_view tail(c.text.data() + c.text.size() - k, k);
-                for (const auto& stop : r.params_.stop)
-                    if (stop.size() > k && std::string_view(stop).substr(0, k) == tail) hold = k;
-            }
-            ev.text = c.text.substr(c.n_emitted, pending - hold);
             // Only the held tail is kept: a stop string starts after what was sent.
-            c.text.erase(0, c.n_emitted + pending - hold);
+            c.text.erase(0, c.n_emitted + scan.send);
             c.n_emitted = 0;
         }
     }
@@ -560,7 +325,7 @@ void Engine::emit_token(Request& r, Request::Candidate& c, const SampleResult& s
     }
 }
 
-void Engine::finish_candidate(Request& r, Request::Candidate& c, FinishReason reason) {
+void Engine::close_choice(Request& r, Request::Candidate& c, FinishReason reason) {
     TokenEvent closing;
     closing.index = c.seq.index;
     closing.finish = reason;
@@ -602,10 +367,10 @@ void Engine::finish_candidate(Request& r, Request::Candidate& c, FinishReason re
             }
         }
     }
-    complete(r, r.finish_.load());
+    retire_request(r, r.finish_.load());
 }
 
-void Engine::finish(Request& r, FinishReason reason) {
+void Engine::abort_request(Request& r, FinishReason reason) {
     // Abort: every choice not yet closed closes now, without more text.
     if (r.hold_ || r.beam_) {
         for (uint32_t j = 0; j < r.n_choices_; ++j) {
@@ -635,10 +400,10 @@ void Engine::finish(Request& r, FinishReason reason) {
         r.finish_.load() == FinishReason::None)
         r.finish_.store(reason);
     if (r.group_.state != SeqState::Finished) scheduler_.remove(&r.group_);
-    complete(r, reason);
+    retire_request(r, reason);
 }
 
-void Engine::complete(Request& r, FinishReason reason) {
+void Engine::retire_request(Request& r, FinishReason reason) {
     metrics_.finished[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
     metrics_.request_kv_blocks.fetch_add(r.n_blocks_peak_.load(), std::memory_order_relaxed);
     metrics_.request_kv_blocks_shared.fetch_add(r.n_shared_peak_.load(), std::memory_order_relaxed);

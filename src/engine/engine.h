@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/metrics.h"
+#include "engine/request.h"
 #include "engine/runner.h"
 #include "engine/sampling.h"
 #include "engine/scheduler.h"
@@ -24,108 +25,6 @@
 #include "tokenizer/tokenizer.h"
 
 namespace headroom {
-
-struct GenerateRequest {
-    std::vector<int32_t> prompt;
-    SamplingParams params;
-    bool render_special = false;  // control tokens in the output render their text
-    ChoiceParams choices;         // n, best_of or beam search
-};
-
-// One streamed step of a request's output: of choice `index`. Each choice
-// ends with one event whose finish is set.
-struct TokenEvent {
-    uint32_t index = 0;  // the choice (0..n-1)
-    std::string text;    // output text made final by this event
-    int32_t token = -1;  // the token this event carries; -1 for a closing event without one
-    float logprob = 0;
-    std::vector<TokenLogprob> top_logprobs;
-    FinishReason finish = FinishReason::None;  // set on the last event
-};
-
-// A submitted request: the engine thread fills it, any one reader drains it.
-class Request {
-  public:
-    uint64_t id() const { return id_; }
-    // Waits up to `timeout` for the next event; false on timeout or when
-    // every event has been taken after the request finished.
-    bool next(TokenEvent& event, std::chrono::milliseconds timeout);
-    bool finished() const;
-    uint32_t n_prompt_tokens() const { return n_prompt_; }
-    uint32_t n_choices() const { return n_choices_; }
-    // Prompt tokens computed or found in the prefix cache so far (progress
-    // of a long prompt; readable while the request runs).
-    uint32_t n_prompt_done() const { return n_prompt_done_.load(std::memory_order_relaxed); }
-    // Read after the request finished:
-    uint32_t n_cached_tokens() const { return n_cached_.load(); }
-    // Output tokens of the returned choices, summed.
-    uint32_t n_output_tokens() const { return n_output_.load(); }
-    FinishReason finish_reason() const { return finish_.load(); }  // of choice 0
-    // KV blocks of this request at its peak: blocks it held, and the table
-    // entries beyond those (what its members shared instead of copying).
-    uint32_t n_kv_blocks_peak() const { return n_blocks_peak_.load(); }
-    uint32_t n_kv_blocks_shared_peak() const { return n_shared_peak_.load(); }
-
-  private:
-    friend class Engine;
-    void push(TokenEvent event);
-
-    // One sample or beam (engine-thread state).
-    struct Candidate {
-        Sequence seq;
-        std::unique_ptr<Sampler> sampler;  // samples only
-        std::unique_ptr<StreamDecoder> decoder;
-        std::string text;      // output text not yet sent (held back: it may start a stop string)
-        size_t n_emitted = 0;  // bytes of text already sent (0 but at the end)
-        double cum_logprob = 0;
-        FinishReason finish = FinishReason::None;
-        bool live = false;               // a member of the group now
-        std::vector<TokenEvent> held;    // best_of > n: events kept until the best are known
-        std::vector<TokenLogprob> next;  // beams: the best continuations of the last logits
-        bool has_next = false;
-    };
-    // A finished beam.
-    struct Hypothesis {
-        std::vector<int32_t> output;  // without the token that ended it
-        double score = 0;
-        uint32_t n_tokens = 0;  // generated, the ending token included
-        FinishReason reason = FinishReason::None;
-    };
-
-    uint64_t id_ = 0;
-    uint32_t n_prompt_ = 0;
-    uint32_t n_choices_ = 1;
-    uint32_t n_closed_ = 0;  // choices whose last event was pushed (under mu_)
-    std::atomic<uint32_t> n_cached_{0};
-    std::atomic<uint32_t> n_prompt_done_{0};
-    std::atomic<uint32_t> n_output_{0};
-    std::atomic<FinishReason> finish_{FinishReason::None};
-    std::atomic<uint32_t> n_blocks_peak_{0};
-    std::atomic<uint32_t> n_shared_peak_{0};
-    mutable std::mutex mu_;
-    std::condition_variable cv_;
-    // Events not yet taken are events_[head_, size): a vector whose
-    // capacity stays, so a reader that keeps up costs no allocation.
-    std::vector<TokenEvent> events_;
-    size_t head_ = 0;
-    bool done_ = false;  // every choice's closing event was pushed
-
-    // Engine-thread state.
-    SeqGroup group_;
-    std::vector<Candidate> cands_;  // fixed size: best_of, n or beam_width
-    SamplingParams params_;
-    bool render_special_ = false;
-    bool hold_ = false;  // best_of > n: choices are chosen at the end
-    bool beam_ = false;
-    bool forked_ = false;   // the candidates were forked from the leader
-    bool in_step_ = false;  // listed in the engine's beam requests of this step
-    float length_penalty_ = 1.0f;
-    bool early_stopping_ = false;
-    std::vector<Hypothesis> hyps_;
-    size_t max_stop_bytes_ = 0;
-    std::chrono::steady_clock::time_point t_arrival_, t_last_token_, t_first_token_;
-    bool first_token_seen_ = false;
-};
 
 class Engine {
   public:
@@ -178,11 +77,14 @@ class Engine {
                         FinishReason reason);
     void emit_token(Request& r, Request::Candidate& c, const SampleResult& s);
     // Closes one choice (its last event); the request when no candidate is left.
-    void finish_candidate(Request& r, Request::Candidate& c, FinishReason reason);
-    void finish_beams(Request& r);
-    // Every open choice closes with `reason` (abort).
-    void finish(Request& r, FinishReason reason);
-    void complete(Request& r, FinishReason reason);
+    void close_choice(Request& r, Request::Candidate& c, FinishReason reason);
+    // Beams: the n best hypotheses go out as the choices; the request retires.
+    void close_beams(Request& r);
+    // Every open choice closes with `reason` (abort, shutdown).
+    void abort_request(Request& r, FinishReason reason);
+    // Counts a request whose choices are all closed in the metrics and
+    // forgets it (destroyed there when no reader holds it).
+    void retire_request(Request& r, FinishReason reason);
     void count_sharing(Request& r);
     void update_gauges();
     void loop();

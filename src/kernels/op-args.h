@@ -60,7 +60,8 @@ float rope_yarn_mscale(const RopeArgs& args);
 // model whose matmul inputs are at most max_in wide, whose heads are at most
 // max_head wide, with `group` query heads per KV head and n_head in all.
 uint64_t thread_scratch_bytes(uint64_t max_in, uint64_t max_head, uint64_t group, uint64_t n_head);
-// Bytes of the quantized activations (Context::acts_q) one token of n activations needs for any table.
+// Bytes of the quantized activations (Context::acts_q) one token of n activations needs for any
+// table.
 uint64_t acts_row_bytes(uint64_t n);
 
 }  // namespace headroom::kernels

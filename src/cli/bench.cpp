@@ -158,6 +158,118 @@ struct Opts {
     uint64_t seed = 1234;
 };
 
+// What the repetitions measured: tokens a second of each (pp, tg), the read
+// bandwidth around each decode, and what a decode step reads.
+struct BenchOutcome {
+    std::vector<double> pp, tg, bw, frac;
+    std::vector<std::array<double, 2>> bw_around;
+    std::string moved;              // runs whose bandwidth moved during the decode
+    double step_bytes = 0;          // weights and KV a decode step reads
+    double counted_step_bytes = 0;  // weight bytes the CPU's matmuls counted in one
+    std::string precision;
+    std::string isa;       // the CPU's table, or the GPU backend's name
+    double bandwidth = 0;  // GB/s, the mean of the probes
+};
+
+void print_bench_json(const Opts& o, Instance& inst, const BenchOutcome& r) {
+    auto* cpu = dynamic_cast<kernels::CpuBackend*>(&inst.backend());
+    const int n_threads = cpu ? cpu->pool().n_threads() : 0;
+    const Model& model = inst.model();
+    const HParams& hp = model.hparams();
+    const Runner& runner = inst.runner();
+    const Stats pps = stats(r.pp), tgs = stats(r.tg), fracs = stats(r.frac);
+    const double tg_gbps = tgs.mean * r.step_bytes / 1e9;
+    nlohmann::json j;
+    j["model"] = hp.name.empty() ? o.engine.model : hp.name;
+    j["threads"] = n_threads;
+    j["isa"] = r.isa;
+    j["act_precision"] = r.precision;
+    if (cpu) j["decode_prefetch_bytes"] = cpu->decode_prefetch_bytes();
+    j["kv_dtype"] = std::string(name(runner.plan().config.kv_dtype));
+    j["pp"] = {
+        {"n_tokens", o.n_prompt}, {"tokens_per_s", pps.mean}, {"sd", pps.sd}, {"runs", r.pp}};
+    j["tg"] = {{"n_tokens", o.n_gen}, {"tokens_per_s", tgs.mean}, {"sd", tgs.sd}, {"runs", r.tg}};
+    j["bytes_per_decode_step"] = r.step_bytes;
+    j["weight_bytes_per_decode_step"] = weights_read_per_token(model);
+    if (cpu) j["matmul_bytes_read_per_decode_step"] = r.counted_step_bytes;
+    j["tg_effective_gbps"] = tg_gbps;
+    j["bandwidth_gbps"] = r.bandwidth;
+    j["bandwidth_runs"] = r.bw;
+    j["bandwidth_before_after_runs"] = r.bw_around;
+    j["tg_fraction_of_bandwidth"] = fracs.mean;
+    j["tg_fraction_runs"] = r.frac;
+    // The last decode step's traffic between host and device (zero on the CPU).
+    const kernels::StepStats st = inst.backend().last_step();
+    j["backend"] = inst.backend().name();
+    j["n_cpu_layers"] = model.n_cpu_layers();
+    j["decode_step"] = {{"submits", st.n_submits},
+                        {"waits", st.n_waits},
+                        {"dispatches", st.n_dispatches},
+                        {"barriers", st.n_barriers},
+                        {"recorded", st.n_recorded},
+                        {"upload_bytes", st.upload_bytes},
+                        {"download_bytes", st.download_bytes}};
+    fmt::print("{}\n", j.dump(2));
+}
+
+void print_bench_text(const Opts& o, Instance& inst, const BenchOutcome& r) {
+    auto* cpu = dynamic_cast<kernels::CpuBackend*>(&inst.backend());
+    const int n_threads = cpu ? cpu->pool().n_threads() : 0;
+    const Model& model = inst.model();
+    const HParams& hp = model.hparams();
+    const Runner& runner = inst.runner();
+    const Stats pps = stats(r.pp), tgs = stats(r.tg), fracs = stats(r.frac);
+    const double tg_gbps = tgs.mean * r.step_bytes / 1e9;
+    fmt::print("model        {}\n", hp.name.empty() ? o.engine.model : hp.name);
+    if (cpu)
+        fmt::print("backend      {}, {} threads, activations {}, kv {}, decode prefetch {}\n",
+                   r.isa, n_threads, r.precision, name(runner.plan().config.kv_dtype),
+                   cpu->decode_prefetch_bytes() ? format_bytes(cpu->decode_prefetch_bytes())
+                                                : std::string("off"));
+    else if (model.n_cpu_layers() > 0)
+        fmt::print(
+            "backend      {} (f32 shaders), kv {}; the first {} of {} layers on the CPU ({} "
+            "threads)\n",
+            r.isa, name(runner.plan().config.kv_dtype), model.n_cpu_layers(), hp.n_layer,
+            runner.plan().config.n_threads);
+    else
+        fmt::print("backend      {} (f32 shaders), kv {}\n", r.isa,
+                   name(runner.plan().config.kv_dtype));
+    if (o.n_gen && cpu)
+        fmt::print(
+            "bandwidth    {:.1f} GB/s read ({} threads, measured before and after each decode)\n",
+            r.bandwidth, n_threads);
+    fmt::print("{:<10} {:>18}\n", "test", "tokens/s");
+    if (o.n_prompt)
+        fmt::print("{:<10} {:>10.2f} ± {:<6.2f}\n", fmt::format("pp{}", o.n_prompt), pps.mean,
+                   pps.sd);
+    if (o.n_gen && cpu)
+        fmt::print(
+            "{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s effective, {:.0f}% of read r.bandwidth\n",
+            fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps, 100 * fracs.mean);
+    else if (o.n_gen) {
+        const kernels::StepStats st = inst.backend().last_step();
+        fmt::print(
+            "{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s of weights and KV read; a step: {} "
+            "submission, {} wait, {} dispatches, {} barriers, {}, {} B up, {} B down\n",
+            fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps, st.n_submits, st.n_waits,
+            st.n_dispatches, st.n_barriers, st.n_recorded ? "recorded" : "submitted again",
+            st.upload_bytes, st.download_bytes);
+    }
+    if (o.n_gen && cpu)
+        fmt::print(
+            "reads        {} of weights per decode step by the model's shape{}; {} counted\n",
+            format_bytes(weights_read_per_token(model)),
+            hp.n_expert ? fmt::format(" ({} of {} experts)", hp.n_expert_used, hp.n_expert)
+                        : std::string(),
+            format_bytes(static_cast<uint64_t>(r.counted_step_bytes)));
+    if (!r.moved.empty())
+        fmt::print(
+            "note         the read r.bandwidth r.moved during a decode ({}): such a run's fraction "
+            "is against the mean of the two\n",
+            r.moved);
+}
+
 void run_bench(const Opts& o) {
     if (o.n_prompt == 0 && o.n_gen == 0) fail("bench: -p and -n are both 0, nothing to measure");
     if (o.reps < 1) fail("bench: -r {} must be at least 1", o.reps);
@@ -182,7 +294,6 @@ void run_bench(const Opts& o) {
     // The read-bandwidth probe is the CPU's; a GPU's decode is reported in
     // bytes per second alone.
     auto* cpu = dynamic_cast<kernels::CpuBackend*>(&inst.backend());
-    const int n_threads = cpu ? cpu->pool().n_threads() : 0;
     // The bandwidth is measured next to each decode phase: another tenant's
     // load changes it within seconds on a shared machine.
     Region probe_buf;
@@ -267,93 +378,21 @@ void run_bench(const Opts& o) {
                                      r + 1, before, after);
         }
     }
-    const Stats pps = stats(pp), tgs = stats(tg), fracs = stats(frac);
-    const double tg_gbps = tgs.mean * step_bytes / 1e9;
-    const double bandwidth = stats(bw).mean;
-    const std::string isa = cpu ? cpu->ops().name : inst.backend().name();
-    const std::string precision(kernels::name(io.runner.act_precision));
-
-    if (o.json) {
-        nlohmann::json j;
-        j["model"] = hp.name.empty() ? o.engine.model : hp.name;
-        j["threads"] = n_threads;
-        j["isa"] = isa;
-        j["act_precision"] = precision;
-        if (cpu) j["decode_prefetch_bytes"] = cpu->decode_prefetch_bytes();
-        j["kv_dtype"] = std::string(name(runner.plan().config.kv_dtype));
-        j["pp"] = {
-            {"n_tokens", o.n_prompt}, {"tokens_per_s", pps.mean}, {"sd", pps.sd}, {"runs", pp}};
-        j["tg"] = {{"n_tokens", o.n_gen}, {"tokens_per_s", tgs.mean}, {"sd", tgs.sd}, {"runs", tg}};
-        j["bytes_per_decode_step"] = step_bytes;
-        j["weight_bytes_per_decode_step"] = weights_read_per_token(model);
-        if (cpu) j["matmul_bytes_read_per_decode_step"] = counted_step_bytes;
-        j["tg_effective_gbps"] = tg_gbps;
-        j["bandwidth_gbps"] = bandwidth;
-        j["bandwidth_runs"] = bw;
-        j["bandwidth_before_after_runs"] = bw_around;
-        j["tg_fraction_of_bandwidth"] = fracs.mean;
-        j["tg_fraction_runs"] = frac;
-        // The last decode step's traffic between host and device (zero on the CPU).
-        const kernels::StepStats st = inst.backend().last_step();
-        j["backend"] = inst.backend().name();
-        j["n_cpu_layers"] = model.n_cpu_layers();
-        j["decode_step"] = {{"submits", st.n_submits},
-                            {"waits", st.n_waits},
-                            {"dispatches", st.n_dispatches},
-                            {"barriers", st.n_barriers},
-                            {"recorded", st.n_recorded},
-                            {"upload_bytes", st.upload_bytes},
-                            {"download_bytes", st.download_bytes}};
-        fmt::print("{}\n", j.dump(2));
-        return;
-    }
-    fmt::print("model        {}\n", hp.name.empty() ? o.engine.model : hp.name);
-    if (cpu)
-        fmt::print("backend      {}, {} threads, activations {}, kv {}, decode prefetch {}\n", isa,
-                   n_threads, precision, name(runner.plan().config.kv_dtype),
-                   cpu->decode_prefetch_bytes() ? format_bytes(cpu->decode_prefetch_bytes())
-                                                : std::string("off"));
-    else if (model.n_cpu_layers() > 0)
-        fmt::print(
-            "backend      {} (f32 shaders), kv {}; the first {} of {} layers on the CPU ({} "
-            "threads)\n",
-            isa, name(runner.plan().config.kv_dtype), model.n_cpu_layers(), hp.n_layer,
-            runner.plan().config.n_threads);
+    BenchOutcome r{pp,
+                   tg,
+                   bw,
+                   frac,
+                   bw_around,
+                   moved,
+                   step_bytes,
+                   counted_step_bytes,
+                   std::string(kernels::name(io.runner.act_precision)),
+                   cpu ? std::string(cpu->ops().name) : inst.backend().name(),
+                   stats(bw).mean};
+    if (o.json)
+        print_bench_json(o, inst, r);
     else
-        fmt::print("backend      {} (f32 shaders), kv {}\n", isa,
-                   name(runner.plan().config.kv_dtype));
-    if (o.n_gen && cpu)
-        fmt::print(
-            "bandwidth    {:.1f} GB/s read ({} threads, measured before and after each decode)\n",
-            bandwidth, n_threads);
-    fmt::print("{:<10} {:>18}\n", "test", "tokens/s");
-    if (o.n_prompt)
-        fmt::print("{:<10} {:>10.2f} ± {:<6.2f}\n", fmt::format("pp{}", o.n_prompt), pps.mean,
-                   pps.sd);
-    if (o.n_gen && cpu)
-        fmt::print("{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s effective, {:.0f}% of read bandwidth\n",
-                   fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps, 100 * fracs.mean);
-    else if (o.n_gen) {
-        const kernels::StepStats st = inst.backend().last_step();
-        fmt::print(
-            "{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s of weights and KV read; a step: {} "
-            "submission, {} wait, {} dispatches, {} barriers, {}, {} B up, {} B down\n",
-            fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps, st.n_submits, st.n_waits,
-            st.n_dispatches, st.n_barriers, st.n_recorded ? "recorded" : "submitted again",
-            st.upload_bytes, st.download_bytes);
-    }
-    if (o.n_gen && cpu)
-        fmt::print(
-            "reads        {} of weights per decode step by the model's shape{}; {} counted\n",
-            format_bytes(weights_read_per_token(model)),
-            hp.n_expert ? fmt::format(" ({} of {} experts)", hp.n_expert_used, hp.n_expert)
-                        : std::string(),
-            format_bytes(static_cast<uint64_t>(counted_step_bytes)));
-    if (!moved.empty())
-        fmt::print(
-            "note         the read bandwidth moved during a decode ({}): such a run's fraction "
-            "is against the mean of the two\n",
-            moved);
+        print_bench_text(o, inst, r);
 }
 
 }  // namespace

@@ -37,18 +37,111 @@ std::vector<int32_t> parse_token_list(const std::string& s) {
     return out;
 }
 
+struct EvalOptions {
+    EngineFlags engine;
+    std::string tokens;
+    std::string text_file;
+    std::string logits_out;
+    std::string tokens_out;
+    uint32_t ctx = 0;
+};
+
+// `headroom eval` once its flags are read.
+void run_eval(const EvalOptions& o) {
+    InstanceOptions io = instance_options(o.engine, 1);
+    Instance inst(o.engine.model);
+    std::vector<int32_t> tokens;
+    if (!o.text_file.empty()) {
+        std::ifstream in(o.text_file, std::ios::binary);
+        if (!in) fail("-f {}: cannot read", o.text_file);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        tokens = inst.tokenizer().encode(ss.str(), true, false);
+    } else if (!o.tokens.empty()) {
+        tokens = parse_token_list(o.tokens);
+    } else {
+        fail("eval: give --tokens IDS or -f FILE");
+    }
+    if (tokens.size() < 2) fail("--tokens: need at least 2 tokens to score");
+    const uint32_t n_vocab = inst.desc().hp.n_vocab;
+    for (int32_t t : tokens)
+        if (static_cast<uint32_t>(t) >= n_vocab)
+            fail("--tokens: id {} is outside the vocabulary of {}", t, n_vocab);
+    const uint32_t ctx = o.ctx ? o.ctx : static_cast<uint32_t>(tokens.size());
+    EngineConfig& c = io.settings.config;
+    if (c.max_model_len == 0) c.max_model_len = ctx;
+    if (c.max_model_len < ctx) fail("--ctx {} exceeds --max-model-len {}", ctx, c.max_model_len);
+    if (c.max_num_batched_tokens == 0) c.max_num_batched_tokens = std::min<uint32_t>(ctx, 512);
+    c.max_logit_rows = c.max_num_batched_tokens;
+    io.runner.prefix_caching = false;
+    inst.load(io);
+    Runner& runner = inst.runner();
+
+    std::unique_ptr<FILE, int (*)(FILE*)> out(nullptr, &std::fclose);
+    if (!o.logits_out.empty()) {
+        out.reset(std::fopen(o.logits_out.c_str(), "wb"));
+        if (!out) fail("--logits-out {}: cannot create", o.logits_out);
+    }
+    if (!o.tokens_out.empty()) {
+        std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(o.tokens_out.c_str(), "wb"),
+                                                &std::fclose);
+        if (!f ||
+            std::fwrite(tokens.data(), sizeof(int32_t), tokens.size(), f.get()) != tokens.size())
+            fail("--tokens-out {}: cannot write", o.tokens_out);
+    }
+    Batch batch;
+    const uint32_t step = runner.plan().config.max_num_batched_tokens;
+    batch.reserve(step, 1, step);
+    double nll = 0;
+    uint64_t n_scored = 0;
+    const auto start = std::chrono::steady_clock::now();
+    // More than a few forward steps: show how far scoring is.
+    Progress progress("scoring", tokens.size(), tokens.size() > 4 * size_t{step});
+    for (size_t w0 = 0; w0 < tokens.size(); w0 += ctx) {
+        const size_t w1 = std::min(tokens.size(), w0 + ctx);
+        SeqKv seq;
+        for (size_t c0 = w0; c0 < w1; c0 += step) {
+            const size_t c1 = std::min(w1, c0 + step);
+            if (!runner.cache().grow(seq, static_cast<uint32_t>(c1 - c0)))
+                fail("internal: KV pool too small for one window");
+            batch.clear();
+            const uint32_t s = batch.add_seq(&seq);
+            for (size_t i = c0; i < c1; ++i)
+                batch.add_token(tokens[i], static_cast<uint32_t>(i - w0), s, true);
+            const float* logits = runner.forward(batch);
+            if (out && std::fwrite(logits, sizeof(float) * n_vocab, c1 - c0, out.get()) != c1 - c0)
+                fail("--logits-out {}: write failed", o.logits_out);
+            // Score predictions of tokens in the window's second half.
+            for (size_t i = c0; i < c1; ++i) {
+                if (i + 1 >= w1 || i - w0 < (w1 - w0) / 2) continue;
+                const float* row = logits + (i - c0) * n_vocab;
+                float mx = row[0];
+                for (uint32_t v = 1; v < n_vocab; ++v) mx = std::max(mx, row[v]);
+                double sum = 0;
+                for (uint32_t v = 0; v < n_vocab; ++v)
+                    sum += std::exp(static_cast<double>(row[v] - mx));
+                nll += std::log(sum) + mx - row[tokens[i + 1]];
+                ++n_scored;
+            }
+            progress.update(
+                c1, n_scored ? fmt::format("perplexity {:.4f} so far", std::exp(nll / n_scored))
+                             : std::string());
+        }
+        runner.cache().free(seq);
+    }
+    progress.finish(fmt::format("{} tokens", tokens.size()));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (n_scored)
+        fmt::print("perplexity {:.4f} over {} predictions\n", std::exp(nll / n_scored), n_scored);
+    fmt::print(stderr, "{} tokens in {:.2f}s ({:.1f} tokens/s), kv {}\n", tokens.size(), seconds,
+               tokens.size() / seconds, name(runner.plan().config.kv_dtype));
+}
+
 }  // namespace
 
 void add_eval_command(CLI::App& app) {
-    struct Opts {
-        EngineFlags engine;
-        std::string tokens;
-        std::string text_file;
-        std::string logits_out;
-        std::string tokens_out;
-        uint32_t ctx = 0;
-    };
-    auto o = std::make_shared<Opts>();
+    auto o = std::make_shared<EvalOptions>();
     auto* cmd = app.add_subcommand(
         "eval",
         "Score a token sequence: perplexity over windows of --ctx tokens (the second half of "
@@ -67,99 +160,7 @@ void add_eval_command(CLI::App& app) {
         "--tokens-out", o->tokens_out,
         "Write the scored token ids here: int32, one per position (what -f tokenized to)");
     cmd->add_option("--ctx", o->ctx, "Window size in tokens (default: all tokens in one window)");
-    cmd->callback([o] {
-        InstanceOptions io = instance_options(o->engine, 1);
-        Instance inst(o->engine.model);
-        std::vector<int32_t> tokens;
-        if (!o->text_file.empty()) {
-            std::ifstream in(o->text_file, std::ios::binary);
-            if (!in) fail("-f {}: cannot read", o->text_file);
-            std::stringstream ss;
-            ss << in.rdbuf();
-            tokens = inst.tokenizer().encode(ss.str(), true, false);
-        } else if (!o->tokens.empty()) {
-            tokens = parse_token_list(o->tokens);
-        } else {
-            fail("eval: give --tokens IDS or -f FILE");
-        }
-        if (tokens.size() < 2) fail("--tokens: need at least 2 tokens to score");
-        const uint32_t n_vocab = inst.desc().hp.n_vocab;
-        for (int32_t t : tokens)
-            if (static_cast<uint32_t>(t) >= n_vocab)
-                fail("--tokens: id {} is outside the vocabulary of {}", t, n_vocab);
-        const uint32_t ctx = o->ctx ? o->ctx : static_cast<uint32_t>(tokens.size());
-        EngineConfig& c = io.settings.config;
-        if (c.max_model_len == 0) c.max_model_len = ctx;
-        if (c.max_model_len < ctx)
-            fail("--ctx {} exceeds --max-model-len {}", ctx, c.max_model_len);
-        if (c.max_num_batched_tokens == 0) c.max_num_batched_tokens = std::min<uint32_t>(ctx, 512);
-        c.max_logit_rows = c.max_num_batched_tokens;
-        io.runner.prefix_caching = false;
-        inst.load(io);
-        Runner& runner = inst.runner();
-
-        std::unique_ptr<FILE, int (*)(FILE*)> out(nullptr, &std::fclose);
-        if (!o->logits_out.empty()) {
-            out.reset(std::fopen(o->logits_out.c_str(), "wb"));
-            if (!out) fail("--logits-out {}: cannot create", o->logits_out);
-        }
-        if (!o->tokens_out.empty()) {
-            std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(o->tokens_out.c_str(), "wb"),
-                                                    &std::fclose);
-            if (!f || std::fwrite(tokens.data(), sizeof(int32_t), tokens.size(), f.get()) !=
-                          tokens.size())
-                fail("--tokens-out {}: cannot write", o->tokens_out);
-        }
-        Batch batch;
-        const uint32_t step = runner.plan().config.max_num_batched_tokens;
-        batch.reserve(step, 1, step);
-        double nll = 0;
-        uint64_t n_scored = 0;
-        const auto start = std::chrono::steady_clock::now();
-        // More than a few forward steps: show how far scoring is.
-        Progress progress("scoring", tokens.size(), tokens.size() > 4 * size_t{step});
-        for (size_t w0 = 0; w0 < tokens.size(); w0 += ctx) {
-            const size_t w1 = std::min(tokens.size(), w0 + ctx);
-            SeqKv seq;
-            for (size_t c0 = w0; c0 < w1; c0 += step) {
-                const size_t c1 = std::min(w1, c0 + step);
-                if (!runner.cache().grow(seq, static_cast<uint32_t>(c1 - c0)))
-                    fail("internal: KV pool too small for one window");
-                batch.clear();
-                const uint32_t s = batch.add_seq(&seq);
-                for (size_t i = c0; i < c1; ++i)
-                    batch.add_token(tokens[i], static_cast<uint32_t>(i - w0), s, true);
-                const float* logits = runner.forward(batch);
-                if (out &&
-                    std::fwrite(logits, sizeof(float) * n_vocab, c1 - c0, out.get()) != c1 - c0)
-                    fail("--logits-out {}: write failed", o->logits_out);
-                // Score predictions of tokens in the window's second half.
-                for (size_t i = c0; i < c1; ++i) {
-                    if (i + 1 >= w1 || i - w0 < (w1 - w0) / 2) continue;
-                    const float* row = logits + (i - c0) * n_vocab;
-                    float mx = row[0];
-                    for (uint32_t v = 1; v < n_vocab; ++v) mx = std::max(mx, row[v]);
-                    double sum = 0;
-                    for (uint32_t v = 0; v < n_vocab; ++v)
-                        sum += std::exp(static_cast<double>(row[v] - mx));
-                    nll += std::log(sum) + mx - row[tokens[i + 1]];
-                    ++n_scored;
-                }
-                progress.update(
-                    c1, n_scored ? fmt::format("perplexity {:.4f} so far", std::exp(nll / n_scored))
-                                 : std::string());
-            }
-            runner.cache().free(seq);
-        }
-        progress.finish(fmt::format("{} tokens", tokens.size()));
-        const double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (n_scored)
-            fmt::print("perplexity {:.4f} over {} predictions\n", std::exp(nll / n_scored),
-                       n_scored);
-        fmt::print(stderr, "{} tokens in {:.2f}s ({:.1f} tokens/s), kv {}\n", tokens.size(),
-                   seconds, tokens.size() / seconds, name(runner.plan().config.kv_dtype));
-    });
+    cmd->callback([o] { run_eval(*o); });
 }
 
 }  // namespace headroom::cli

@@ -635,6 +635,118 @@ void write_svg(const std::string& path, const SvgPlan& svg) {
         fail("--svg {}: writing failed: {}", path, std::strerror(errno));
 }
 
+// The settings the flags give (the reserve: nvidia-smi's memory in use
+// unless --reserve).
+PlanSettings plan_settings(const PlanOptions& o, const Device& device, const Pins& pins) {
+    PlanSettings s;
+    s.mem_fraction = o.mem_fraction;
+    if (!o.kv_cache_memory.empty()) {
+        s.kv_cache_bytes = parse_bytes_or_throw(o.kv_cache_memory, "--kv-cache-memory");
+        if (s.kv_cache_bytes == 0) fail("--kv-cache-memory must be more than 0");
+    }
+    s.reserve_bytes =
+        o.reserve.empty() ? device.used_bytes : parse_bytes_or_throw(o.reserve, "--reserve");
+    if (s.reserve_bytes >= device.total_bytes)
+        fail("--reserve {} leaves nothing of the device's {}", format_bytes(s.reserve_bytes),
+             format_bytes(device.total_bytes));
+    s.config.max_model_len = o.max_model_len;
+    // Each sample or beam of a request takes a sequence seat.
+    s.config.max_num_seqs =
+        pins.max_num_seqs ? o.max_num_seqs : std::max(o.max_num_seqs, o.width());
+    s.config.max_num_batched_tokens = o.max_num_batched_tokens;
+    s.config.swa_full = o.swa_full;
+    s.config.block_size = o.block_size;
+    s.config.n_threads = o.threads;
+    s.config.n_cpu_layers = o.cpu_layers;
+    s.config.experts_on_cpu = o.cpu_moe;
+    if (o.cpu_moe && !device.gpu)
+        fail(
+            "--cpu-moe needs a GPU device (--device vulkan, a GPU of the table or "
+            "--device-memory): on the CPU every expert is in host memory already");
+    const auto dtype = kv_dtype_from_name(o.kv_dtype);
+    if (!dtype) fail("--kv-dtype '{}': expected f16, bf16, f32 or q8_0", o.kv_dtype);
+    s.config.kv_dtype = *dtype;
+    return s;
+}
+
+// JSON or text, for the plan and what was searched and compared around it.
+void print_plan(const PlanOptions& o, const PlanModel& model, const Device& device,
+                const Plan& plan, const Capacity& cap, const std::vector<Suggestion>& sugg,
+                const std::vector<QuantRow>* quant, const AutoLayers& auto_layers) {
+    if (o.json) {
+        json j = plan_json(model, device, plan, cap, sugg, quant, auto_layers);
+        if (o.width() > 1 || o.prompt_tokens) {
+            const RequestKv r = request_kv(o, plan.mem);
+            j["request"] = {{"candidates", r.n_candidates},
+                            {"prompt_tokens", r.n_prompt},
+                            {"max_total_tokens", r.n_total},
+                            {"kv_blocks", r.shared_blocks},
+                            {"kv_bytes", r.shared_bytes},
+                            {"separate_kv_blocks", r.separate_blocks},
+                            {"separate_kv_bytes", r.separate_bytes},
+                            {"fits", r.fits},
+                            {"why", r.why}};
+        }
+        fmt::print("{}\n", j.dump(2));
+    } else {
+        print_human(model, device, plan, cap, sugg, o, quant, auto_layers);
+    }
+}
+
+// `headroom plan` once its flags are read: `pins` the knobs given, which
+// --fit leaves alone.
+void run_plan(const PlanOptions& o, Pins pins, bool n_gpu_layers_given) {
+    if (o.list_models || o.list_devices) {
+        if (o.list_models)
+            for (const auto& b : builtin_models())
+                fmt::print("{:<14} {:<44} {}\n", b.name, b.description, b.source);
+        if (o.list_devices)
+            for (const auto& d : known_devices())
+                fmt::print("{:<12} {:<16} {:>7} MiB\n", d.key, d.name, d.memory_mib);
+        return;
+    }
+    const PlanModel model = resolve_model(o);
+    Device device = resolve_device(o);
+    PlanSettings s = plan_settings(o, device, pins);
+
+    // The deployment run and serve would make (placement by --n-gpu-layers,
+    // auto on headroom's own GPU; a GPU of the table as asked, auto
+    // reported with --fit and --json).
+    DeploymentRequest request;
+    request.device = device;
+    request.settings = s;
+    request.cpu_layers_pinned = pins.cpu_layers;
+    if (n_gpu_layers_given) request.gpu_layers = parse_gpu_layers(o.n_gpu_layers);
+    const Deployment deployment = plan_deployment(model.desc, request);
+    if (deployment.auto_layers && (request.gpu_layers || device.vulkan_index))
+        pins.cpu_layers = true;
+    if (deployment.on_cpu_instead && !o.json) fmt::print("note: {}\n", deployment.placement_note);
+    device = deployment.device;
+    // The searches and comparisons start from the deployment's placement.
+    s.config.n_cpu_layers = deployment.plan.settings.config.n_cpu_layers;
+    s.reserve_bytes = deployment.plan.settings.reserve_bytes;
+    const AutoLayers& auto_layers = deployment.auto_layers;
+
+    if (device.vulkan_index && model.desc.hp.n_expert > 0 && !o.json)
+        fmt::print(
+            "note: headroom's Vulkan backend does not run mixtures of experts yet (run and "
+            "serve refuse this model on it): this is the memory it would take\n");
+    const Plan& plan = deployment.plan;
+    const Capacity cap = capacity(model, device, s);
+    // Searching and comparing start from the context the plan resolved.
+    s.config.max_model_len = plan.mem.config.max_model_len;
+    std::vector<Suggestion> sugg;
+    if (!plan.fits_all()) sugg = fit_search(model, device, s, pins, o.fit || o.json ? 8 : 1);
+    std::vector<QuantRow> quant;
+    if (o.compare_quant) quant = compare_quant(model, device, s);
+    if (!o.svg.empty()) {
+        write_svg(o.svg, svg_plan(model, device, plan, cap, o.fit ? &sugg : nullptr,
+                                  o.compare_quant ? &quant : nullptr));
+        if (!o.json) fmt::print(stderr, "plan: wrote {}\n", o.svg);
+    }
+    print_plan(o, model, device, plan, cap, sugg, o.compare_quant ? &quant : nullptr, auto_layers);
+}
+
 }  // namespace
 
 void add_plan_command(CLI::App& app) {
@@ -720,45 +832,6 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("--max-tokens", o->max_tokens,
                     "Tokens each sample or beam may generate (default: the rest of the context)");
     cmd->callback([o, wt, len, seqs, kv, cpu, ngl, moe] {
-        if (o->list_models || o->list_devices) {
-            if (o->list_models)
-                for (const auto& b : builtin_models())
-                    fmt::print("{:<14} {:<44} {}\n", b.name, b.description, b.source);
-            if (o->list_devices)
-                for (const auto& d : known_devices())
-                    fmt::print("{:<12} {:<16} {:>7} MiB\n", d.key, d.name, d.memory_mib);
-            return;
-        }
-        const PlanModel model = resolve_model(*o);
-        Device device = resolve_device(*o);
-        PlanSettings s;
-        s.mem_fraction = o->mem_fraction;
-        if (!o->kv_cache_memory.empty()) {
-            s.kv_cache_bytes = parse_bytes_or_throw(o->kv_cache_memory, "--kv-cache-memory");
-            if (s.kv_cache_bytes == 0) fail("--kv-cache-memory must be more than 0");
-        }
-        s.reserve_bytes =
-            o->reserve.empty() ? device.used_bytes : parse_bytes_or_throw(o->reserve, "--reserve");
-        if (s.reserve_bytes >= device.total_bytes)
-            fail("--reserve {} leaves nothing of the device's {}", format_bytes(s.reserve_bytes),
-                 format_bytes(device.total_bytes));
-        s.config.max_model_len = o->max_model_len;
-        // Each sample or beam of a request takes a sequence seat.
-        s.config.max_num_seqs =
-            seqs->count() ? o->max_num_seqs : std::max(o->max_num_seqs, o->width());
-        s.config.max_num_batched_tokens = o->max_num_batched_tokens;
-        s.config.swa_full = o->swa_full;
-        s.config.block_size = o->block_size;
-        s.config.n_threads = o->threads;
-        s.config.n_cpu_layers = o->cpu_layers;
-        s.config.experts_on_cpu = o->cpu_moe;
-        if (o->cpu_moe && !device.gpu)
-            fail(
-                "--cpu-moe needs a GPU device (--device vulkan, a GPU of the table or "
-                "--device-memory): on the CPU every expert is in host memory already");
-        const auto dtype = kv_dtype_from_name(o->kv_dtype);
-        if (!dtype) fail("--kv-dtype '{}': expected f16, bf16, f32 or q8_0", o->kv_dtype);
-        s.config.kv_dtype = *dtype;
         Pins pins;
         pins.max_model_len = len->count() > 0;
         pins.max_num_seqs = seqs->count() > 0;
@@ -766,63 +839,7 @@ void add_plan_command(CLI::App& app) {
         pins.weight_type = wt->count() > 0;
         pins.cpu_layers = cpu->count() > 0;
         pins.cpu_moe = moe->count() > 0;
-
-        // The deployment run and serve would make (placement by --n-gpu-layers,
-        // auto on headroom's own GPU; a GPU of the table as asked, auto
-        // reported with --fit and --json).
-        DeploymentRequest request;
-        request.device = device;
-        request.settings = s;
-        request.cpu_layers_pinned = pins.cpu_layers;
-        if (ngl->count()) request.gpu_layers = parse_gpu_layers(o->n_gpu_layers);
-        const Deployment deployment = plan_deployment(model.desc, request);
-        if (deployment.auto_layers && (request.gpu_layers || device.vulkan_index))
-            pins.cpu_layers = true;
-        if (deployment.on_cpu_instead && !o->json)
-            fmt::print("note: {}\n", deployment.placement_note);
-        device = deployment.device;
-        // The searches and comparisons start from the deployment's placement.
-        s.config.n_cpu_layers = deployment.plan.settings.config.n_cpu_layers;
-        s.reserve_bytes = deployment.plan.settings.reserve_bytes;
-        const AutoLayers& auto_layers = deployment.auto_layers;
-
-        if (device.vulkan_index && model.desc.hp.n_expert > 0 && !o->json)
-            fmt::print(
-                "note: headroom's Vulkan backend does not run mixtures of experts yet (run and "
-                "serve refuse this model on it): this is the memory it would take\n");
-        const Plan& plan = deployment.plan;
-        const Capacity cap = capacity(model, device, s);
-        // Searching and comparing start from the context the plan resolved.
-        s.config.max_model_len = plan.mem.config.max_model_len;
-        std::vector<Suggestion> sugg;
-        if (!plan.fits_all()) sugg = fit_search(model, device, s, pins, o->fit || o->json ? 8 : 1);
-        std::vector<QuantRow> quant;
-        if (o->compare_quant) quant = compare_quant(model, device, s);
-        if (!o->svg.empty()) {
-            write_svg(o->svg, svg_plan(model, device, plan, cap, o->fit ? &sugg : nullptr,
-                                       o->compare_quant ? &quant : nullptr));
-            if (!o->json) fmt::print(stderr, "plan: wrote {}\n", o->svg);
-        }
-        if (o->json) {
-            json j = plan_json(model, device, plan, cap, sugg, o->compare_quant ? &quant : nullptr,
-                               auto_layers);
-            if (o->width() > 1 || o->prompt_tokens) {
-                const RequestKv r = request_kv(*o, plan.mem);
-                j["request"] = {{"candidates", r.n_candidates},
-                                {"prompt_tokens", r.n_prompt},
-                                {"max_total_tokens", r.n_total},
-                                {"kv_blocks", r.shared_blocks},
-                                {"kv_bytes", r.shared_bytes},
-                                {"separate_kv_blocks", r.separate_blocks},
-                                {"separate_kv_bytes", r.separate_bytes},
-                                {"fits", r.fits},
-                                {"why", r.why}};
-            }
-            fmt::print("{}\n", j.dump(2));
-        } else {
-            print_human(model, device, plan, cap, sugg, *o, o->compare_quant ? &quant : nullptr,
-                        auto_layers);
-        }
+        run_plan(*o, pins, ngl->count() > 0);
     });
 }
 

@@ -178,6 +178,106 @@ void print_stats(const GenerationStats& s) {
                                                  : "");
 }
 
+// `headroom run` once its flags are read: one prompt, or a chat on stdin.
+void run_prompt(RunOptions& o) {
+    ProcessMemory process;
+    process.rss_start_bytes = current_rss_bytes();
+    if (o.prompt.empty() && o.prompt_file.empty() && !o.chat)
+        fail("run: give a prompt with -p TEXT or -f FILE, or use --chat");
+    if (!o.prompt_file.empty()) {
+        std::ifstream in(o.prompt_file, std::ios::binary);
+        if (!in) fail("-f {}: cannot read", o.prompt_file);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        o.prompt = ss.str();
+    }
+    // Every sample or beam of the request runs as a sequence of its own.
+    const uint32_t width = std::max({o.n_choices, o.best_of, o.beam_width});
+    InstanceOptions io = instance_options(o.engine, width);
+    io.progress = !o.quiet;
+    Instance inst(o.engine.model);
+    inst.load(io);
+    Runner& runner = inst.runner();
+    Engine& engine = inst.engine();
+    EngineMetrics& metrics = inst.metrics();
+    const uint32_t max_len = runner.plan().config.max_model_len;
+    std::signal(SIGINT, on_sigint);
+
+    auto max_tokens_for = [&](size_t n_prompt) -> uint32_t {
+        const uint32_t room = n_prompt < max_len ? max_len - static_cast<uint32_t>(n_prompt) : 0;
+        return o.n_predict < 0 ? room
+                               : std::min<uint32_t>(room, static_cast<uint32_t>(o.n_predict));
+    };
+    if (!o.chat) {
+        auto tokens = inst.tokenizer().encode(o.prompt, true, true);
+        GenerationStats stats;
+        generate(engine, o, tokens,
+                 sampling_from(o, std::max<uint32_t>(1, max_tokens_for(tokens.size()))), stats);
+        if (!o.quiet) print_stats(stats);
+        if (o.memory_report) {
+            const uint64_t bb = runner.cache().pool(0).block_bytes();
+            fmt::print(stderr,
+                       "request KV at its peak: {} blocks ({}); {} more table entries shared "
+                       "those blocks instead of copying them ({} saved)\n",
+                       stats.n_kv_blocks_peak, format_bytes(stats.n_kv_blocks_peak * bb),
+                       stats.n_kv_shared_peak, format_bytes(stats.n_kv_shared_peak * bb));
+        }
+    } else {
+        const ChatTemplate tmpl = ChatTemplate::from_gguf(inst.file());
+        if (!o.quiet)
+            fmt::print(stderr, "chat ({} template); empty line or Ctrl-D to quit\n", tmpl.source());
+        std::vector<ChatMessage> messages;
+        if (!o.system.empty()) messages.push_back({"system", o.system});
+        std::string line;
+        while (true) {
+            fmt::print(stderr, "> ");
+            std::fflush(stderr);
+            if (!std::getline(std::cin, line) || line.empty()) break;
+            messages.push_back({"user", line});
+            const std::string text = tmpl.apply(messages, true);
+            // The template writes BOS itself where the model wants it.
+            auto tokens = inst.tokenizer().encode(text, false, true);
+            if (tokens.size() + 1 >= max_len) {
+                fmt::print(stderr,
+                           "the conversation has {} tokens, max_model_len is {}: start over\n",
+                           tokens.size(), max_len);
+                messages.clear();
+                continue;
+            }
+            GenerationStats stats;
+            g_interrupted.store(false);
+            const std::string reply =
+                generate(engine, o, tokens, sampling_from(o, max_tokens_for(tokens.size())), stats);
+            fmt::print("\n");
+            std::fflush(stdout);
+            if (!o.quiet) print_stats(stats);
+            messages.push_back({"assistant", reply});
+        }
+    }
+    process.rss_bytes = current_rss_bytes();
+    const std::vector<LedgerSnapshot> snap = inst.backend().snapshots();
+    if (!o.quiet)
+        fmt::print(stderr, "{}\n",
+                   memory_summary_line(runner.plan(), snap, runner.cache(), process));
+    const BackendTraffic traffic{inst.backend().name(), inst.backend().last_step(),
+                                 inst.backend().totals(), metrics.n_steps.load()};
+    if (o.memory_report)
+        fmt::print(stderr, "{}{}",
+                   memory_report_table(runner.plan(), snap, runner.cache(), process),
+                   traffic_line(traffic));
+    if (!o.memory_report_json.empty()) {
+        std::ofstream out(o.memory_report_json);
+        if (!out) fail("--memory-report-json {}: cannot write", o.memory_report_json);
+        nlohmann::json report = memory_report_json(runner.plan(), snap, runner.cache(), process);
+        report["backend"] = traffic_json(traffic);
+        add_allocations(report, inst.backend());
+        report["kv_sharing"] = {{"blocks_shared", metrics.kv_blocks_shared.load()},
+                                {"bytes_saved", metrics.kv_shared_bytes.load()},
+                                {"bytes_saved_peak", metrics.kv_shared_bytes_peak.load()}};
+        out << report.dump(2) << "\n";
+    }
+}
+
 }  // namespace
 
 void add_run_command(CLI::App& app) {
@@ -231,108 +331,7 @@ void add_run_command(CLI::App& app) {
     cmd->add_option("--memory-report-json", o->memory_report_json,
                     "Write the memory report as JSON to this file");
     cmd->add_flag("-q,--quiet", o->quiet, "No loading progress or timings on stderr");
-    cmd->callback([o] {
-        ProcessMemory process;
-        process.rss_start_bytes = current_rss_bytes();
-        if (o->prompt.empty() && o->prompt_file.empty() && !o->chat)
-            fail("run: give a prompt with -p TEXT or -f FILE, or use --chat");
-        if (!o->prompt_file.empty()) {
-            std::ifstream in(o->prompt_file, std::ios::binary);
-            if (!in) fail("-f {}: cannot read", o->prompt_file);
-            std::stringstream ss;
-            ss << in.rdbuf();
-            o->prompt = ss.str();
-        }
-        // Every sample or beam of the request runs as a sequence of its own.
-        const uint32_t width = std::max({o->n_choices, o->best_of, o->beam_width});
-        InstanceOptions io = instance_options(o->engine, width);
-        io.progress = !o->quiet;
-        Instance inst(o->engine.model);
-        inst.load(io);
-        Runner& runner = inst.runner();
-        Engine& engine = inst.engine();
-        EngineMetrics& metrics = inst.metrics();
-        const uint32_t max_len = runner.plan().config.max_model_len;
-        std::signal(SIGINT, on_sigint);
-
-        auto max_tokens_for = [&](size_t n_prompt) -> uint32_t {
-            const uint32_t room =
-                n_prompt < max_len ? max_len - static_cast<uint32_t>(n_prompt) : 0;
-            return o->n_predict < 0 ? room
-                                    : std::min<uint32_t>(room, static_cast<uint32_t>(o->n_predict));
-        };
-        if (!o->chat) {
-            auto tokens = inst.tokenizer().encode(o->prompt, true, true);
-            GenerationStats stats;
-            generate(engine, *o, tokens,
-                     sampling_from(*o, std::max<uint32_t>(1, max_tokens_for(tokens.size()))),
-                     stats);
-            if (!o->quiet) print_stats(stats);
-            if (o->memory_report) {
-                const uint64_t bb = runner.cache().pool(0).block_bytes();
-                fmt::print(stderr,
-                           "request KV at its peak: {} blocks ({}); {} more table entries shared "
-                           "those blocks instead of copying them ({} saved)\n",
-                           stats.n_kv_blocks_peak, format_bytes(stats.n_kv_blocks_peak * bb),
-                           stats.n_kv_shared_peak, format_bytes(stats.n_kv_shared_peak * bb));
-            }
-        } else {
-            const ChatTemplate tmpl = ChatTemplate::from_gguf(inst.file());
-            if (!o->quiet)
-                fmt::print(stderr, "chat ({} template); empty line or Ctrl-D to quit\n",
-                           tmpl.source());
-            std::vector<ChatMessage> messages;
-            if (!o->system.empty()) messages.push_back({"system", o->system});
-            std::string line;
-            while (true) {
-                fmt::print(stderr, "> ");
-                std::fflush(stderr);
-                if (!std::getline(std::cin, line) || line.empty()) break;
-                messages.push_back({"user", line});
-                const std::string text = tmpl.apply(messages, true);
-                // The template writes BOS itself where the model wants it.
-                auto tokens = inst.tokenizer().encode(text, false, true);
-                if (tokens.size() + 1 >= max_len) {
-                    fmt::print(stderr,
-                               "the conversation has {} tokens, max_model_len is {}: start over\n",
-                               tokens.size(), max_len);
-                    messages.clear();
-                    continue;
-                }
-                GenerationStats stats;
-                g_interrupted.store(false);
-                const std::string reply = generate(
-                    engine, *o, tokens, sampling_from(*o, max_tokens_for(tokens.size())), stats);
-                fmt::print("\n");
-                std::fflush(stdout);
-                if (!o->quiet) print_stats(stats);
-                messages.push_back({"assistant", reply});
-            }
-        }
-        process.rss_bytes = current_rss_bytes();
-        const std::vector<LedgerSnapshot> snap = inst.backend().snapshots();
-        if (!o->quiet)
-            fmt::print(stderr, "{}\n",
-                       memory_summary_line(runner.plan(), snap, runner.cache(), process));
-        const BackendTraffic traffic{inst.backend().name(), inst.backend().last_step(),
-                                     inst.backend().totals(), metrics.n_steps.load()};
-        if (o->memory_report)
-            fmt::print(stderr, "{}{}",
-                       memory_report_table(runner.plan(), snap, runner.cache(), process),
-                       traffic_line(traffic));
-        if (!o->memory_report_json.empty()) {
-            std::ofstream out(o->memory_report_json);
-            if (!out) fail("--memory-report-json {}: cannot write", o->memory_report_json);
-            nlohmann::json report =
-                memory_report_json(runner.plan(), snap, runner.cache(), process);
-            report["backend"] = traffic_json(traffic);
-            add_allocations(report, inst.backend());
-            report["kv_sharing"] = {{"blocks_shared", metrics.kv_blocks_shared.load()},
-                                    {"bytes_saved", metrics.kv_shared_bytes.load()},
-                                    {"bytes_saved_peak", metrics.kv_shared_bytes_peak.load()}};
-            out << report.dump(2) << "\n";
-        }
-    });
+    cmd->callback([o] { run_prompt(*o); });
 }
 
 }  // namespace headroom::cli

@@ -245,7 +245,7 @@ void print_bench_text(const Opts& o, Instance& inst, const BenchOutcome& r) {
                    pps.sd);
     if (o.n_gen && cpu)
         fmt::print(
-            "{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s effective, {:.0f}% of read r.bandwidth\n",
+            "{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s effective, {:.0f}% of read bandwidth\n",
             fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps, 100 * fracs.mean);
     else if (o.n_gen) {
         const kernels::StepStats st = inst.backend().last_step();
@@ -265,7 +265,7 @@ void print_bench_text(const Opts& o, Instance& inst, const BenchOutcome& r) {
             format_bytes(static_cast<uint64_t>(r.counted_step_bytes)));
     if (!r.moved.empty())
         fmt::print(
-            "note         the read r.bandwidth r.moved during a decode ({}): such a run's fraction "
+            "note         the read bandwidth moved during a decode ({}): such a run's fraction "
             "is against the mean of the two\n",
             r.moved);
 }

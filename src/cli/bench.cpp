@@ -89,14 +89,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) uint64_t read_lines
 // passes), for each way to read, and the fastest counts: plain loads, which
 // only the hardware prefetchers fetch ahead of, and loads that also ask for
 // the line 1, 2 or 4 KiB further on, or `kernel_ahead` bytes on, as the
-// decode kernels do (Context::decode_prefetch_bytes). Where the prefetchers
-// keep too few lines in flight (an Intel Xeon virtual machine: 19-20 GB/s
-// plain against 21-22 ahead), only a read that asks ahead reaches the
-// memory's rate, and a decode that asks ahead would read "faster than the
-// machine". The distance matters too: on another Intel Xeon virtual machine
-// (family 6 model 167), asking 0.5 to 3.5 KiB ahead read 35.6-37.0 GB/s, and
-// 4 to 8 KiB ahead 30.6-31.4, what plain loads read. (That machine reports a
-// 480 MiB L3; a 2 GiB buffer read the same as this one, within the noise.)
+// decode kernels do (Context::decode_prefetch_bytes): where the prefetchers
+// keep too few lines in flight, only a read that asks ahead reaches the
+// memory's rate (docs/cpu-kernels.md#the-read-bandwidth-probe).
 double measure_read_bandwidth_gbps(ThreadPool& pool, const Region& buf, int reps,
                                    uint64_t kernel_ahead) {
     constexpr size_t kUnit = 128;  // bytes per read_lines step

@@ -151,6 +151,11 @@ ModelDesc describe_gguf(const gguf::GgufFile& file) {
         m.weight_bytes += t.size_bytes;
         const uint64_t on_device = t.n_dims == 1 ? t.n_elements * 4 : t.size_bytes;
         m.device_weight_bytes += kernels::device_weight_slot(on_device);
+        const uint64_t slot = kernels::device_weight_slot(on_device);
+        m.largest_device_tensor_bytes = std::max(m.largest_device_tensor_bytes, slot);
+        if (!is_expert_tensor(t.name))
+            m.largest_dense_device_tensor_bytes =
+                std::max(m.largest_dense_device_tensor_bytes, slot);
         // The CPU keeps a vector stored in another type as an f32 copy too.
         const uint64_t copy = t.n_dims == 1 && t.type != TensorType::F32 ? t.n_elements * 4 : 0;
         const uint64_t on_host = t.size_bytes + copy;
@@ -583,9 +588,10 @@ std::string refusal_for(MemoryPlan& p, const HParams& hp, const BudgetSpec& budg
 
 // 9. A device that limits one allocation takes the KV regions in pieces of
 // whole blocks and the arena in pieces of whole buffers (kernels::SplitBuffer,
-// the same rule): no term changes, but a block or a buffer larger than the
-// limit cannot be had. Returns the refusal, or "".
-std::string count_allocations(MemoryPlan& p, const BudgetSpec& budget) {
+// the same rule) and the weights in chunks of whole tensors: no term
+// changes, but a tensor, a block or a buffer larger than the limit cannot be
+// had. Returns the refusal, or "".
+std::string count_allocations(MemoryPlan& p, const ModelDesc& model, const BudgetSpec& budget) {
     const uint64_t limit = budget.max_allocation_bytes;
     p.kv_allocations = 0;
     uint64_t largest_block = 0;
@@ -595,6 +601,14 @@ std::string count_allocations(MemoryPlan& p, const BudgetSpec& budget) {
         largest_block = std::max(largest_block, g.block_bytes);
     }
     if (!limit || p.config.device == "host") return "";
+    const uint64_t largest_tensor = p.config.experts_on_cpu
+                                        ? model.largest_dense_device_tensor_bytes
+                                        : model.largest_device_tensor_bytes;
+    if (largest_tensor > limit)
+        return fmt::format(
+            "the model's largest weight tensor takes {} on {}, which allocates at most {} at "
+            "once: a smaller weight type (headroom plan --compare-quant), or the CPU",
+            format_bytes(largest_tensor), p.config.device, format_bytes(limit));
     if (largest_block > limit)
         return fmt::format(
             "a KV block takes {} but {} allocates at most {} at once: a smaller --block-size",
@@ -646,7 +660,7 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
         return p;
     }
     if (!p.fits) p.refusal = refusal_for(p, model.hp, budget, fixed_bytes);
-    if (std::string why = count_allocations(p, budget); !why.empty() && p.fits) {
+    if (std::string why = count_allocations(p, model, budget); !why.empty() && p.fits) {
         p.fits = false;
         p.allocation_short = true;
         p.refusal = why;

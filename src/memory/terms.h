@@ -54,6 +54,11 @@ struct ModelDesc {
     // What the tensors take in a GPU's memory: kernels::device_weight_slot()
     // of each as stored (vectors as f32). 0 when not known.
     uint64_t device_weight_bytes = 0;
+    // The largest tensor's slot in a GPU's memory, and the largest but the
+    // experts' (what --cpu-moe leaves on the device): one allocation each at
+    // least. 0 when not known.
+    uint64_t largest_device_tensor_bytes = 0;
+    uint64_t largest_dense_device_tensor_bytes = 0;
     // The same by part (shape/placement.h), for a split between CPU and GPU:
     // each part's bytes on the host (as the CPU backend holds them: the
     // file's, plus an f32 copy of a 1-D tensor stored in another type) and on

@@ -337,3 +337,34 @@ TEST(Terms, AnExplicitLayerCountIsPlannedAsAskedOrRefusedWithTheNumbers) {
 
 }  // namespace
 }  // namespace headroom
+
+namespace headroom {
+namespace {
+
+// A device that allocates at most 8 MiB at once cannot hold the 8 MiB + 256 B
+// slot of the split model's embedding (8 MiB of data + 16, rounded up to
+// 256): refused, naming the tensor's size and the limit. At 9 MiB it fits.
+TEST(Terms, ATensorLargerThanOneAllocationIsRefused) {
+    ModelDesc m = split_model();
+    m.largest_device_tensor_bytes = (8u << 20) + 256;
+    m.largest_dense_device_tensor_bytes = (8u << 20) + 256;
+    BudgetSpec b;
+    b.device_bytes = 64ull << 20;
+    b.mem_fraction = 1.0;
+    b.max_allocation_bytes = 8u << 20;
+    const MemoryPlan small = plan_memory(m, split_config(0), b);
+    EXPECT_FALSE(small.fits);
+    EXPECT_TRUE(small.allocation_short);
+    EXPECT_THAT(small.refusal, HasSubstr("largest weight tensor takes 8.00 MiB"));
+    EXPECT_THAT(small.refusal, HasSubstr("at most 8.00 MiB at once"));
+    b.max_allocation_bytes = 9u << 20;
+    EXPECT_TRUE(plan_memory(m, split_config(0), b).fits);
+    // On the host there is no such limit.
+    EngineConfig host = split_config(0);
+    host.device = "host";
+    b.max_allocation_bytes = 1u << 20;
+    EXPECT_FALSE(plan_memory(m, host, b).allocation_short);
+}
+
+}  // namespace
+}  // namespace headroom

@@ -104,27 +104,9 @@ ActPrecision initial_act_precision() {
 // rate of one stream is the lines in flight over the memory's latency.
 // Where the hardware prefetchers keep too few in flight, the kernels ask for
 // the repacked weights some bytes ahead themselves (gemm.h, micro_direct).
-// Measured, TinyLlama-1.1B's decode on 2 threads:
-//   - AVX2 on Zen 3 cores: 78-80% of a plain read's rate without, 90-98%
-//     asking 1 KiB ahead (2 and 4 KiB the same). On a Zen 4 virtual machine
-//     whose memory answers later, 4 KiB ahead made it 1.15 (Q4_0) to 1.5
-//     (Q5_K) times as fast as 1 KiB; 8 and 16 KiB measured the same as 4.
-//   - AVX-512 on Zen 4: the hardware prefetchers keep up; 1 KiB ahead
-//     changed nothing, 2 KiB or more made decode slower.
-//   - AVX-512 on an Intel Xeon (Emerald Rapids) virtual machine: decode
-//     ran 1.25 to 1.4 times as fast asking 4 KiB ahead (Q4_0, Q4_K, Q8_0);
-//     2, 8 and 16 KiB measured the same as 4.
-//   - AVX-512 on an Intel Xeon virtual machine reporting family 6 model
-//     167, once the K types spread their requests over each block (gemm.h,
-//     ask_ahead), TinyLlama's decode asking 2.5 KiB ahead ran 1.02-1.05
-//     times as fast as 4 KiB (Q5_K), 1.03-1.04 (Q6_K), 1.02-1.03 (Q8_0),
-//     1.07-1.13 (Q4_0) and 0.96-1.07 (Q4_K, within the noise); 2 KiB was no
-//     better than 4, and 3 KiB fell between. Forced to AVX2 there, Q4_K ran
-//     1.07-1.08 times as fast; forced to AVX-VNNI, Q6_K 1.05-1.06 times and
-//     Q5_K the same.
-//   - AVX-VNNI, chosen only where AVX-512 is missing (Intel's client
-//     cores), is unmeasured on one.
-// So Intel cores ask 2.5 KiB ahead, and AMD's AVX2 keeps its 4 KiB.
+// As measured on several CPUs (docs/cpu-kernels.md#decode-prefetch-distance),
+// Intel cores ask 2.5 KiB ahead, AMD's AVX2 4 KiB, and AMD's AVX-512 (whose
+// prefetchers keep up) nothing.
 uint64_t default_decode_prefetch_bytes(const Ops& ops) {
     if (&ops == &ref_ops()) return 0;
     if (cpu_is_amd()) return &ops == avx512_ops() ? 0 : 4096;

@@ -434,18 +434,7 @@ void micro_panel(const uint8_t* panel, int64_t b0, int64_t nb, const Tok* tok, i
 // the group's tokens' activations wait there for the next group. Rows longer
 // than about 2048 elements (16 of them: 27 KiB or more of weights) push the
 // activations out between one group and the next, and each block then waits
-// on L2 for them. On one Zen 4 core (AVX-512), against a plain read's rate
-// (hot in cache, the same kernels run at twice that rate at any row length):
-//
-//   product          before  after
-//   Q4_K 2048x2048    0.97   0.97
-//   Q4_K 2048x5632    0.75   0.93
-//   Q6_K 2048x5632    0.75   0.87
-//   Q4_0 2048x8192    0.86   0.99
-//
-// and TinyLlama's whole decode on one thread went from 89% of the read
-// bandwidth to 94-95% (Q4_K), and from 84-86% to 88-90% (Q6_K). (The AVX2
-// kernels, slower than the memory on that core, measured the same.)
+// on L2 for them (measured: docs/cpu-kernels.md#activations-asked-for-ahead).
 //
 // So while block blk runs, the activations of block blk + kActAheadBlocks<T>
 // (of the range [b0, b0 + nb), wrapping round to its start, which the next
@@ -494,24 +483,9 @@ HR_KERNEL_INLINE void prefetch_acts(const Tok* tok, int64_t blk, int64_t b0, int
 //
 // The K types' decode paths spread a block's requests over its work, about
 // a line at each step, where the others ask for the whole block at its
-// start. On an Intel Xeon virtual machine (2 cores, 4 KiB ahead), TinyLlama's
-// decode went from 73-75% of the read bandwidth to 87-89% (Q4_K), 85%
-// (Q5_K) and 86% (Q6_K); forced to AVX-VNNI there, from 70-73% to 88-90%
-// (Q4_K, Q5_K). Half as many steps (two or three lines each) read 84-85%,
-// and the requests into L1 instead of L2 read 67-70%. Thirty-odd requests at
-// once, it seems, fill the core's queue of misses, and the block's own loads
-// of lines already in L2 wait behind them. (These shares are of a read that
-// asked 4 KiB ahead; there, one asking 2.5 KiB ahead reads 1.2 times as
-// much: measure_read_bandwidth_gbps in src/cli/bench.cpp.)
-//
-// kHold: the request stays where it is written. The compiler may move a
-// prefetch past loads, and gathers three or four of the spread requests into
-// one place. Held in order by a compiler barrier (no instruction), the AVX-512
-// decode of TinyLlama on the family 6 model 167 Xeon of
-// measure_read_bandwidth_gbps read 1.02-1.05 times as fast (Q5_K) and
-// 0.99-1.04 (Q6_K) in two series of alternating runs, and Q4_K the same;
-// forced to AVX-VNNI, Q4_K read 0.90 times as fast and Q5_K 0.97. So only
-// AVX-512's Q5_K and Q6_K hold them.
+// start; kHold keeps a request where it is written (a compiler barrier), for
+// AVX-512's Q5_K and Q6_K only. Both as measured:
+// docs/cpu-kernels.md#weights-asked-for-ahead.
 template <class V, int kParts, class Src, bool kHold = false>
 HR_KERNEL_INLINE void ask_ahead(const Src& src, int64_t blk, int part) {
     constexpr int kLines = static_cast<int>((Src::kGroupBlockBytes + 63) / 64);

@@ -239,9 +239,8 @@ void print_bench_text(const Opts& o, Instance& inst, const BenchOutcome& r) {
         fmt::print("{:<10} {:>10.2f} ± {:<6.2f}\n", fmt::format("pp{}", o.n_prompt), pps.mean,
                    pps.sd);
     if (o.n_gen && cpu)
-        fmt::print(
-            "{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s effective, {:.0f}% of read bandwidth\n",
-            fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps, 100 * fracs.mean);
+        fmt::print("{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s effective, {:.0f}% of read bandwidth\n",
+                   fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps, 100 * fracs.mean);
     else if (o.n_gen) {
         const kernels::StepStats st = inst.backend().last_step();
         fmt::print(

@@ -359,6 +359,15 @@ TEST(Terms, ATensorLargerThanOneAllocationIsRefused) {
     EXPECT_THAT(small.refusal, HasSubstr("at most 8.00 MiB at once"));
     b.max_allocation_bytes = 9u << 20;
     EXPECT_TRUE(plan_memory(m, split_config(0), b).fits);
+    // Tensors within the limit, a step's widest activation buffer past it:
+    // 512 tokens × the FFN's 1536 × 4 B = 3 MiB.
+    m.largest_device_tensor_bytes = m.largest_dense_device_tensor_bytes = 1u << 20;
+    b.max_allocation_bytes = 2u << 20;
+    EngineConfig step = split_config(0);
+    step.max_num_batched_tokens = 512;
+    const MemoryPlan buffer = plan_memory(m, step, b);
+    EXPECT_TRUE(buffer.allocation_short);
+    EXPECT_THAT(buffer.refusal, HasSubstr("largest activation buffer takes 3.00 MiB"));
     // On the host there is no such limit.
     EngineConfig host = split_config(0);
     host.device = "host";

@@ -12,8 +12,9 @@ lavapipe shows the split on the default model with a KV pool of 400 MiB:
    ceil(blocks / floor(64 MiB / block bytes)), computed here from the plan's
    blocks;
 3. the greedy output of a prompt is the same with and without the limit;
-4. a limit below one activation buffer is refused by `plan` and `run` alike,
-   naming the buffer's size and the limit.
+4. a limit below the model's largest weight tensor is refused by `plan` and
+   `run` alike, naming the tensor's size (its slot on the device, computed
+   here from the GGUF's tensor table) and the limit.
 
 Skipped (exit code 77) where this machine has no Vulkan device."""
 import json
@@ -87,18 +88,32 @@ print(f"32 MiB:   {gpu_32['allocations']} allocations, the largest {gpu_32['larg
 fail_if(gpu_32["largest_allocation_bytes"] > 32 * 2**20, "an allocation past the 32 MiB limit")
 fail_if(text_32 != text_whole, f"the output differs under a 32 MiB limit: {text_32!r}")
 
-small = 2 * 2**20  # below the 3 MiB of a 512-token step's widest buffer
+# The largest tensor's slot on a GPU: its bytes as stored (a vector as f32),
+# plus 16, rounded up to 256 (kernels::device_weight_slot).
+import gguf  # noqa: E402
+
+reader = gguf.GGUFReader(model)
+largest = max(((int(t.n_elements) * 4 if len(t.shape) == 1 else int(t.n_bytes)) + 16 + 255) // 256 * 256
+              for t in reader.tensors)
+
+
+def mib(n):
+    return f"{n / 2**20:.1f} MiB"
+
+
+small = 2 * 2**20  # below the largest tensor (the embedding, 28.7 MiB in Q4_1)
+fail_if(largest <= small, f"the largest tensor takes {largest} B, not more than the limit")
 r = subprocess.run([headroom_bin(), "plan", model, "--device", "vulkan", "--n-gpu-layers", "all"],
                    capture_output=True, text=True, env=env_with(small))
 said = r.stdout + r.stderr
 print(f"plan with a 2 MiB limit: exit {r.returncode}")
-fail_if("activation buffer" not in said or "2.00 MiB" not in said,
-        f"plan does not name the buffer past a 2 MiB limit: {said}")
+fail_if(f"largest weight tensor takes {mib(largest)}" not in said or "2.00 MiB" not in said,
+        f"plan does not name the {mib(largest)} tensor past a 2 MiB limit: {said}")
 r = subprocess.run([headroom_bin(), "run", "-m", model, "-p", "hi", "-n", "1", "-q", "--device",
                     "vulkan", "--n-gpu-layers", "all"], capture_output=True, text=True,
                    env=env_with(small))
 print(f"run with a 2 MiB limit: exit {r.returncode}: {r.stderr.strip().splitlines()[-1]}")
 fail_if(r.returncode != 1, f"run exit code {r.returncode}, expected 1")
-fail_if("activation buffer" not in r.stderr or "2.00 MiB" not in r.stderr,
-        f"run does not name the buffer past the limit: {r.stderr}")
+fail_if(f"largest weight tensor takes {mib(largest)}" not in r.stderr or "2.00 MiB" not in r.stderr,
+        f"run does not name the tensor past the limit: {r.stderr}")
 print("PASS")

@@ -164,34 +164,36 @@ struct BenchOutcome {
     std::string precision;
     std::string isa;       // the CPU's table, or the GPU backend's name
     double bandwidth = 0;  // GB/s, the mean of the probes
+    int n_threads = 0;     // the CPU's; 0 on a GPU
+    // Of the runs above.
+    Stats pps, tgs, fracs;
+    double tg_gbps = 0;  // bytes a decode step reads × steps a second
 };
 
 void print_bench_json(const Opts& o, Instance& inst, const BenchOutcome& r) {
     auto* cpu = dynamic_cast<kernels::CpuBackend*>(&inst.backend());
-    const int n_threads = cpu ? cpu->pool().n_threads() : 0;
     const Model& model = inst.model();
     const HParams& hp = model.hparams();
     const Runner& runner = inst.runner();
-    const Stats pps = stats(r.pp), tgs = stats(r.tg), fracs = stats(r.frac);
-    const double tg_gbps = tgs.mean * r.step_bytes / 1e9;
     nlohmann::json j;
     j["model"] = hp.name.empty() ? o.engine.model : hp.name;
-    j["threads"] = n_threads;
+    j["threads"] = r.n_threads;
     j["isa"] = r.isa;
     j["act_precision"] = r.precision;
     if (cpu) j["decode_prefetch_bytes"] = cpu->decode_prefetch_bytes();
     j["kv_dtype"] = std::string(name(runner.plan().config.kv_dtype));
     j["pp"] = {
-        {"n_tokens", o.n_prompt}, {"tokens_per_s", pps.mean}, {"sd", pps.sd}, {"runs", r.pp}};
-    j["tg"] = {{"n_tokens", o.n_gen}, {"tokens_per_s", tgs.mean}, {"sd", tgs.sd}, {"runs", r.tg}};
+        {"n_tokens", o.n_prompt}, {"tokens_per_s", r.pps.mean}, {"sd", r.pps.sd}, {"runs", r.pp}};
+    j["tg"] = {
+        {"n_tokens", o.n_gen}, {"tokens_per_s", r.tgs.mean}, {"sd", r.tgs.sd}, {"runs", r.tg}};
     j["bytes_per_decode_step"] = r.step_bytes;
     j["weight_bytes_per_decode_step"] = weights_read_per_token(model);
     if (cpu) j["matmul_bytes_read_per_decode_step"] = r.counted_step_bytes;
-    j["tg_effective_gbps"] = tg_gbps;
+    j["tg_effective_gbps"] = r.tg_gbps;
     j["bandwidth_gbps"] = r.bandwidth;
     j["bandwidth_runs"] = r.bw;
     j["bandwidth_before_after_runs"] = r.bw_around;
-    j["tg_fraction_of_bandwidth"] = fracs.mean;
+    j["tg_fraction_of_bandwidth"] = r.fracs.mean;
     j["tg_fraction_runs"] = r.frac;
     // The last decode step's traffic between host and device (zero on the CPU).
     const kernels::StepStats st = inst.backend().last_step();
@@ -209,16 +211,13 @@ void print_bench_json(const Opts& o, Instance& inst, const BenchOutcome& r) {
 
 void print_bench_text(const Opts& o, Instance& inst, const BenchOutcome& r) {
     auto* cpu = dynamic_cast<kernels::CpuBackend*>(&inst.backend());
-    const int n_threads = cpu ? cpu->pool().n_threads() : 0;
     const Model& model = inst.model();
     const HParams& hp = model.hparams();
     const Runner& runner = inst.runner();
-    const Stats pps = stats(r.pp), tgs = stats(r.tg), fracs = stats(r.frac);
-    const double tg_gbps = tgs.mean * r.step_bytes / 1e9;
     fmt::print("model        {}\n", hp.name.empty() ? o.engine.model : hp.name);
     if (cpu)
         fmt::print("backend      {}, {} threads, activations {}, kv {}, decode prefetch {}\n",
-                   r.isa, n_threads, r.precision, name(runner.plan().config.kv_dtype),
+                   r.isa, r.n_threads, r.precision, name(runner.plan().config.kv_dtype),
                    cpu->decode_prefetch_bytes() ? format_bytes(cpu->decode_prefetch_bytes())
                                                 : std::string("off"));
     else if (model.n_cpu_layers() > 0)
@@ -233,20 +232,21 @@ void print_bench_text(const Opts& o, Instance& inst, const BenchOutcome& r) {
     if (o.n_gen && cpu)
         fmt::print(
             "bandwidth    {:.1f} GB/s read ({} threads, measured before and after each decode)\n",
-            r.bandwidth, n_threads);
+            r.bandwidth, r.n_threads);
     fmt::print("{:<10} {:>18}\n", "test", "tokens/s");
     if (o.n_prompt)
-        fmt::print("{:<10} {:>10.2f} ± {:<6.2f}\n", fmt::format("pp{}", o.n_prompt), pps.mean,
-                   pps.sd);
+        fmt::print("{:<10} {:>10.2f} ± {:<6.2f}\n", fmt::format("pp{}", o.n_prompt), r.pps.mean,
+                   r.pps.sd);
     if (o.n_gen && cpu)
         fmt::print("{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s effective, {:.0f}% of read bandwidth\n",
-                   fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps, 100 * fracs.mean);
+                   fmt::format("tg{}", o.n_gen), r.tgs.mean, r.tgs.sd, r.tg_gbps,
+                   100 * r.fracs.mean);
     else if (o.n_gen) {
         const kernels::StepStats st = inst.backend().last_step();
         fmt::print(
             "{:<10} {:>10.2f} ± {:<6.2f} {:.1f} GB/s of weights and KV read; a step: {} "
             "submission, {} wait, {} dispatches, {} barriers, {}, {} B up, {} B down\n",
-            fmt::format("tg{}", o.n_gen), tgs.mean, tgs.sd, tg_gbps, st.n_submits, st.n_waits,
+            fmt::format("tg{}", o.n_gen), r.tgs.mean, r.tgs.sd, r.tg_gbps, st.n_submits, st.n_waits,
             st.n_dispatches, st.n_barriers, st.n_recorded ? "recorded" : "submitted again",
             st.upload_bytes, st.download_bytes);
     }
@@ -372,17 +372,22 @@ void run_bench(const Opts& o) {
                                      r + 1, before, after);
         }
     }
-    BenchOutcome r{pp,
-                   tg,
-                   bw,
-                   frac,
-                   bw_around,
-                   moved,
-                   step_bytes,
-                   counted_step_bytes,
-                   std::string(kernels::name(io.runner.act_precision)),
-                   cpu ? std::string(cpu->ops().name) : inst.backend().name(),
-                   stats(bw).mean};
+    const BenchOutcome r{pp,
+                         tg,
+                         bw,
+                         frac,
+                         bw_around,
+                         moved,
+                         step_bytes,
+                         counted_step_bytes,
+                         std::string(kernels::name(io.runner.act_precision)),
+                         cpu ? std::string(cpu->ops().name) : inst.backend().name(),
+                         stats(bw).mean,
+                         cpu ? cpu->pool().n_threads() : 0,
+                         stats(pp),
+                         stats(tg),
+                         stats(frac),
+                         stats(tg).mean * step_bytes / 1e9};
     if (o.json)
         print_bench_json(o, inst, r);
     else

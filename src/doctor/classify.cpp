@@ -371,216 +371,259 @@ OomClass classify(const Finding& f, const Evidence& e) {
     return OomClass::Unrecognised;
 }
 
-std::string describe_cause(const Finding& f, const Evidence& e) {
+namespace {
+
+// " while loading the weights" and the like, or "".
+std::string where_words(Phase phase) {
+    const auto words = phase_words(phase);
+    return words.empty() ? std::string() : fmt::format(" {}", words);
+}
+
+// The cause in one or two sentences, one function per class.
+std::string cause_not_oom(const Finding&, const Evidence& e) {
+    if (e.wording == Wording::TfBfcNotFailure)
+        return "Not a failure: TensorFlow's allocator could not get one buffer at the size "
+               "it wanted, retried with less and went on (\"the caller indicates that this "
+               "is not a failure\"). At most it costs speed; if the program stopped, the "
+               "error that stopped it is elsewhere in the log.";
+    return "Not an out-of-memory error: this is a fault in a GPU kernel or driver, and "
+           "memory settings will not fix it.";
+}
+
+std::string cause_unrecognised(const Finding& f, const Evidence& e) {
+    const std::string where = where_words(f.phase);
+    if (e.wording == Wording::Unknown)
+        return "An out-of-memory error in a wording doctor does not know; its cause "
+               "cannot be read from it.";
+    return fmt::format(
+        "Out of memory{}{}, but the message does not say how much was needed or what "
+        "held the memory.",
+        f.requested_bytes ? fmt::format(" allocating {}", b(f.requested_bytes)) : std::string(),
+        where);
+}
+
+std::string cause_cpu_ram(const Finding& f, const Evidence& e) {
+    const std::string where = where_words(f.phase);
+    if (e.wording == Wording::OllamaSystemMemory)
+        return fmt::format("Host RAM: the model needs {} but only {} is available.",
+                           b(f.requested_bytes), b(f.free_bytes));
+    if (e.wording == Wording::LinuxOomKiller || e.wording == Wording::CgroupOomKiller)
+        return fmt::format(
+            "Host RAM: the kernel killed the process{} when it held {}.",
+            e.wording == Wording::CgroupOomKiller ? " at its container's memory limit" : "",
+            b(f.this_process_bytes));
+    if (e.wording == Wording::OomKilled)
+        return "Host RAM: the container was killed at its memory limit (OOMKilled).";
+    if (e.wording == Wording::ShellKilled)
+        return fmt::format(
+            "The process was killed (SIGKILL, exit code 137){}: on Linux most often the "
+            "kernel's OOM killer, when host RAM or the container's memory limit ran out "
+            "(dmesg names the process; docker inspect says OOMKilled).",
+            where);
+    if (e.wording == Wording::HostMmapFailed)
+        return fmt::format(
+            "Host memory: mapping {} of a file{} into the process failed (ENOMEM). The "
+            "kernel refused the address space: a virtual-memory or container limit, "
+            "overcommit, or the mappings a process may hold; the GPU is not involved.",
+            b(f.requested_bytes),
+            f.phase == Phase::Weights ? " (the checkpoint being loaded)" : "");
+    return fmt::format(
+        "Host RAM ran out{}{}.",
+        f.requested_bytes ? fmt::format(" allocating {}", b(f.requested_bytes)) : std::string(),
+        where);
+}
+
+std::string cause_weights_too_large(const Finding& f, const Evidence& e) {
+    const std::string where = where_words(f.phase);
+    if (e.wording == Wording::BnbDispatchedToCpu)
+        return "The quantized model does not fit in GPU memory: accelerate placed some "
+               "layers on the CPU or disk, which bitsandbytes refuses.";
+    if (e.wording == Wording::VllmNoCacheBlocks || e.wording == Wording::SglangNotEnoughMemory ||
+        e.wording == Wording::VllmProfileNoKv)
+        return fmt::format(
+            "The weights ({}) take more than the engine's share of the {} GPU, so "
+            "nothing is left for the KV cache.",
+            b(e.context.weights_bytes), b(f.total_bytes));
+    return fmt::format("The model's weights do not fit: {} could not be allocated{}.",
+                       b(f.requested_bytes), where.empty() ? "" : where);
+}
+
+std::string cause_kv_cache_too_large(const Finding& f, const Evidence& e) {
     const Numbers& n = e.numbers;
-    const auto phase = phase_words(f.phase);
-    const std::string where = phase.empty() ? std::string() : fmt::format(" {}", phase);
+    if (e.wording == Wording::VllmMaxSeqLen)
+        return fmt::format(
+            "The KV cache left after the weights holds {} tokens, fewer than one "
+            "request of the max model length ({} tokens).",
+            format_count(n.kv_tokens.value_or(0)), format_count(n.max_model_len.value_or(0)));
+    if (e.wording == Wording::VllmServeOneRequest)
+        return fmt::format(
+            "One request of {} tokens needs {} of KV cache; only {} is available{}.",
+            format_count(n.max_model_len.value_or(0)), b(f.requested_bytes), b(f.free_bytes),
+            n.estimated_max_len
+                ? fmt::format(" (enough for {} tokens)", format_count(*n.estimated_max_len))
+                : "");
+    if (e.wording == Wording::TgiTotalTokens)
+        return fmt::format(
+            "The KV cache cannot hold {} tokens in flight (--max-batch-total-tokens).",
+            format_count(n.total_tokens.value_or(0)));
+    if (e.host_memory)
+        return fmt::format(
+            "The KV cache does not fit in host RAM{}: the layers kept on the CPU hold "
+            "their KV cache there.",
+            f.requested_bytes ? fmt::format(" ({} was asked for)", b(f.requested_bytes))
+                              : std::string());
+    return fmt::format("The KV cache does not fit{}.",
+                       f.requested_bytes ? fmt::format(": {} was asked for", b(f.requested_bytes))
+                                         : std::string());
+}
+
+std::string cause_activations_or_batch(const Finding& f, const Evidence& e) {
+    const Numbers& n = e.numbers;
+    const std::string where = where_words(f.phase);
+    if (e.wording == Wording::MetalStatus5 && f.this_process_bytes && f.total_bytes)
+        return fmt::format(
+            "Metal ran out of memory running a command buffer: the buffers allocated "
+            "({}) exceed the GPU's recommended working set ({}), and the last, the "
+            "compute scratch, crossed it.",
+            b(f.this_process_bytes), b(f.total_bytes));
+    if (e.wording == Wording::TgiPrefill)
+        return fmt::format(
+            "Warm-up could not run a prefill batch of {} tokens after the weights and "
+            "KV cache took their share.",
+            format_count(n.prefill_tokens.value_or(0)));
+    if (f.requested_bytes && f.total_bytes && *f.requested_bytes > *f.total_bytes)
+        return fmt::format(
+            "One {} tensor is larger than the whole {} GPU: the batch, sequence or "
+            "image size makes a single buffer too big.",
+            b(f.requested_bytes), b(f.total_bytes));
+    if (f.requested_bytes && !f.total_bytes && *f.requested_bytes >= kLargestCommonGpu)
+        return fmt::format(
+            "One {} tensor: larger than all but the largest GPUs. The batch, sequence or "
+            "image size makes a single buffer too big (an input not resized, or a shape "
+            "bug).",
+            b(f.requested_bytes));
+    if (e.wording == Wording::TorchMemorySummary)
+        return fmt::format(
+            "PyTorch ran out of memory ({} reserved, {} allocated by its tensors when the "
+            "summary was printed): live tensors fill what it reserved.",
+            b(n.reserved), b(n.allocated));
+    if (e.wording == Wording::GgmlCudaPool)
+        return "llama.cpp's CUDA memory pool could not grow for the scratch of a step "
+               "(a long prompt's batch): the weights and the KV cache left too little "
+               "room for its compute buffers.";
+    if (f.phase == Phase::Compute && is_ggml(e.wording))
+        return fmt::format(
+            "The compute buffers ({}) did not fit next to the weights and the KV cache.",
+            b(f.requested_bytes));
+    return fmt::format("A {} working buffer{} did not fit{}.", b(f.requested_bytes), where,
+                       f.this_process_bytes && f.total_bytes
+                           ? fmt::format(": this process already holds {} of {}",
+                                         b(f.this_process_bytes), b(f.total_bytes))
+                           : "");
+}
+
+std::string cause_fragmentation(const Finding& f, const Evidence& e) {
+    const Numbers& n = e.numbers;
+    if (e.wording == Wording::TorchMemorySummary)
+        return fmt::format(
+            "Fragmentation: after the out-of-memory error PyTorch still reserves {} but "
+            "its tensors hold only {}: the rest is cached in pieces of segments it could "
+            "neither release nor reuse for the request.",
+            b(n.reserved), b(n.allocated));
+    if (e.wording == Wording::GgmlCudaVmmReserve)
+        return "Not a shortage of VRAM: llama.cpp's CUDA memory pool reserves one large "
+               "virtual address range up front (cuMemAddressReserve) and the driver "
+               "refused the reservation (on Windows, WDDM limits it).";
+    if (f.free_bytes && f.requested_bytes && *f.free_bytes >= *f.requested_bytes &&
+        f.reserved_unallocated_bytes.value_or(0) < *f.requested_bytes)
+        return fmt::format(
+            "Fragmentation: the device reported {} free, more than the {} asked for, "
+            "yet no block that size could be had.",
+            b(f.free_bytes), b(f.requested_bytes));
+    return fmt::format(
+        "Fragmentation: {} could not be allocated although {} was free and {} sat "
+        "reserved but unallocated in PyTorch's cache.",
+        b(f.requested_bytes), b(f.free_bytes), b(f.reserved_unallocated_bytes.value_or(0)));
+}
+
+std::string cause_other_process(const Finding& f, const Evidence& e) {
+    if (e.wording == Wording::VllmFreeMemoryStartup)
+        return fmt::format(
+            "Other processes hold {} of the {} GPU; vLLM wants {} but only {} is free.",
+            b(f.other_processes_bytes), b(f.total_bytes), b(f.requested_bytes), b(f.free_bytes));
+    if (e.wording == Wording::TorchAllowed)
+        return fmt::format(
+            "{} of the {} GPU is neither free nor held by this process's tensors ({}): "
+            "other processes, or freed memory the cudaMallocAsync pool keeps; {} more "
+            "was needed and only {} was free.",
+            b(f.other_processes_bytes), b(f.total_bytes), b(f.this_process_bytes),
+            b(f.requested_bytes), b(f.free_bytes));
+    return fmt::format(
+        "Other processes hold {} of the {} GPU; this process needed {} more and only {} "
+        "was free.",
+        b(f.other_processes_bytes), b(f.total_bytes), b(f.requested_bytes), b(f.free_bytes));
+}
+
+std::string cause_utilization_setting(const Finding& f, const Evidence& e) {
+    const Numbers& n = e.numbers;
+    if (f.phase == Phase::SamplerWarmup)
+        return fmt::format(
+            "Warming up the sampler for {} sequences ran out of memory: the KV cache, "
+            "sized "
+            "from --gpu-memory-utilization, left too little for it.",
+            n.n_sequences ? format_count(*n.n_sequences) : "max_num_seqs");
+    if (f.phase == Phase::CudaGraph)
+        return "Capturing CUDA graphs ran out of memory: the graphs need memory the KV "
+               "cache and weights already took.";
+    if (e.wording == Wording::VllmFreeMemoryStartup)
+        return fmt::format("--gpu-memory-utilization asks for {} but {} is free.",
+                           b(f.requested_bytes), b(f.free_bytes));
+    if (e.wording == Wording::VllmNoCacheBlocks)
+        return "After the weights and the profiled activations, the "
+               "--gpu-memory-utilization share leaves no memory for the KV cache.";
+    if (e.wording == Wording::VllmProfileNoKv)
+        return fmt::format(
+            "vLLM's budget, {} x gpu_memory_utilization {:.2f} = {}, is spent before the "
+            "KV cache: weights {}, non-torch memory {}, the profiled activation peak {}; "
+            "{} is left for the KV cache.",
+            b(f.total_bytes), e.context.utilization.value_or(0.9),
+            f.total_bytes ? b(static_cast<uint64_t>(static_cast<double>(*f.total_bytes) *
+                                                    e.context.utilization.value_or(0.9)))
+                          : std::string("?"),
+            b(e.context.weights_bytes), b(n.non_torch), b(n.activation_peak),
+            n.kv_left && *n.kv_left < 0 ? fmt::format("-{}", b(static_cast<uint64_t>(-*n.kv_left)))
+                                        : std::string("nothing"));
+    if (e.wording == Wording::SglangNotEnoughMemory)
+        return "After the weights, --mem-fraction-static leaves no memory for the KV "
+               "cache pool.";
+    return fmt::format(
+        "PyTorch is capped at {} of the {} GPU (set_per_process_memory_fraction) and "
+        "needed {} more.",
+        b(n.allowed), b(f.total_bytes), b(f.requested_bytes));
+}
+
+}  // namespace
+
+std::string describe_cause(const Finding& f, const Evidence& e) {
     switch (f.oom_class) {
         case OomClass::NotOom:
-            if (e.wording == Wording::TfBfcNotFailure)
-                return "Not a failure: TensorFlow's allocator could not get one buffer at the size "
-                       "it wanted, retried with less and went on (\"the caller indicates that this "
-                       "is not a failure\"). At most it costs speed; if the program stopped, the "
-                       "error that stopped it is elsewhere in the log.";
-            return "Not an out-of-memory error: this is a fault in a GPU kernel or driver, and "
-                   "memory settings will not fix it.";
+            return cause_not_oom(f, e);
         case OomClass::Unrecognised:
-            if (e.wording == Wording::Unknown)
-                return "An out-of-memory error in a wording doctor does not know; its cause "
-                       "cannot be read from it.";
-            return fmt::format(
-                "Out of memory{}{}, but the message does not say how much was needed or what "
-                "held the memory.",
-                f.requested_bytes ? fmt::format(" allocating {}", b(f.requested_bytes))
-                                  : std::string(),
-                where);
+            return cause_unrecognised(f, e);
         case OomClass::CpuRam:
-            if (e.wording == Wording::OllamaSystemMemory)
-                return fmt::format("Host RAM: the model needs {} but only {} is available.",
-                                   b(f.requested_bytes), b(f.free_bytes));
-            if (e.wording == Wording::LinuxOomKiller || e.wording == Wording::CgroupOomKiller)
-                return fmt::format(
-                    "Host RAM: the kernel killed the process{} when it held {}.",
-                    e.wording == Wording::CgroupOomKiller ? " at its container's memory limit" : "",
-                    b(f.this_process_bytes));
-            if (e.wording == Wording::OomKilled)
-                return "Host RAM: the container was killed at its memory limit (OOMKilled).";
-            if (e.wording == Wording::ShellKilled)
-                return fmt::format(
-                    "The process was killed (SIGKILL, exit code 137){}: on Linux most often the "
-                    "kernel's OOM killer, when host RAM or the container's memory limit ran out "
-                    "(dmesg names the process; docker inspect says OOMKilled).",
-                    where);
-            if (e.wording == Wording::HostMmapFailed)
-                return fmt::format(
-                    "Host memory: mapping {} of a file{} into the process failed (ENOMEM). The "
-                    "kernel refused the address space: a virtual-memory or container limit, "
-                    "overcommit, or the mappings a process may hold; the GPU is not involved.",
-                    b(f.requested_bytes),
-                    f.phase == Phase::Weights ? " (the checkpoint being loaded)" : "");
-            return fmt::format("Host RAM ran out{}{}.",
-                               f.requested_bytes
-                                   ? fmt::format(" allocating {}", b(f.requested_bytes))
-                                   : std::string(),
-                               where);
+            return cause_cpu_ram(f, e);
         case OomClass::WeightsTooLarge:
-            if (e.wording == Wording::BnbDispatchedToCpu)
-                return "The quantized model does not fit in GPU memory: accelerate placed some "
-                       "layers on the CPU or disk, which bitsandbytes refuses.";
-            if (e.wording == Wording::VllmNoCacheBlocks ||
-                e.wording == Wording::SglangNotEnoughMemory ||
-                e.wording == Wording::VllmProfileNoKv)
-                return fmt::format(
-                    "The weights ({}) take more than the engine's share of the {} GPU, so "
-                    "nothing is left for the KV cache.",
-                    b(e.context.weights_bytes), b(f.total_bytes));
-            return fmt::format("The model's weights do not fit: {} could not be allocated{}.",
-                               b(f.requested_bytes), where.empty() ? "" : where);
+            return cause_weights_too_large(f, e);
         case OomClass::KvCacheTooLarge:
-            if (e.wording == Wording::VllmMaxSeqLen)
-                return fmt::format(
-                    "The KV cache left after the weights holds {} tokens, fewer than one "
-                    "request of the max model length ({} tokens).",
-                    format_count(n.kv_tokens.value_or(0)),
-                    format_count(n.max_model_len.value_or(0)));
-            if (e.wording == Wording::VllmServeOneRequest)
-                return fmt::format(
-                    "One request of {} tokens needs {} of KV cache; only {} is available{}.",
-                    format_count(n.max_model_len.value_or(0)), b(f.requested_bytes),
-                    b(f.free_bytes),
-                    n.estimated_max_len
-                        ? fmt::format(" (enough for {} tokens)", format_count(*n.estimated_max_len))
-                        : "");
-            if (e.wording == Wording::TgiTotalTokens)
-                return fmt::format(
-                    "The KV cache cannot hold {} tokens in flight (--max-batch-total-tokens).",
-                    format_count(n.total_tokens.value_or(0)));
-            if (e.host_memory)
-                return fmt::format(
-                    "The KV cache does not fit in host RAM{}: the layers kept on the CPU hold "
-                    "their KV cache there.",
-                    f.requested_bytes ? fmt::format(" ({} was asked for)", b(f.requested_bytes))
-                                      : std::string());
-            return fmt::format("The KV cache does not fit{}.",
-                               f.requested_bytes
-                                   ? fmt::format(": {} was asked for", b(f.requested_bytes))
-                                   : std::string());
+            return cause_kv_cache_too_large(f, e);
         case OomClass::ActivationsOrBatch:
-            if (e.wording == Wording::MetalStatus5 && f.this_process_bytes && f.total_bytes)
-                return fmt::format(
-                    "Metal ran out of memory running a command buffer: the buffers allocated "
-                    "({}) exceed the GPU's recommended working set ({}), and the last, the "
-                    "compute scratch, crossed it.",
-                    b(f.this_process_bytes), b(f.total_bytes));
-            if (e.wording == Wording::TgiPrefill)
-                return fmt::format(
-                    "Warm-up could not run a prefill batch of {} tokens after the weights and "
-                    "KV cache took their share.",
-                    format_count(n.prefill_tokens.value_or(0)));
-            if (f.requested_bytes && f.total_bytes && *f.requested_bytes > *f.total_bytes)
-                return fmt::format(
-                    "One {} tensor is larger than the whole {} GPU: the batch, sequence or "
-                    "image size makes a single buffer too big.",
-                    b(f.requested_bytes), b(f.total_bytes));
-            if (f.requested_bytes && !f.total_bytes && *f.requested_bytes >= kLargestCommonGpu)
-                return fmt::format(
-                    "One {} tensor: larger than all but the largest GPUs. The batch, sequence or "
-                    "image size makes a single buffer too big (an input not resized, or a shape "
-                    "bug).",
-                    b(f.requested_bytes));
-            if (e.wording == Wording::TorchMemorySummary)
-                return fmt::format(
-                    "PyTorch ran out of memory ({} reserved, {} allocated by its tensors when the "
-                    "summary was printed): live tensors fill what it reserved.",
-                    b(n.reserved), b(n.allocated));
-            if (e.wording == Wording::GgmlCudaPool)
-                return "llama.cpp's CUDA memory pool could not grow for the scratch of a step "
-                       "(a long prompt's batch): the weights and the KV cache left too little "
-                       "room for its compute buffers.";
-            if (f.phase == Phase::Compute && is_ggml(e.wording))
-                return fmt::format(
-                    "The compute buffers ({}) did not fit next to the weights and the KV cache.",
-                    b(f.requested_bytes));
-            return fmt::format("A {} working buffer{} did not fit{}.", b(f.requested_bytes), where,
-                               f.this_process_bytes && f.total_bytes
-                                   ? fmt::format(": this process already holds {} of {}",
-                                                 b(f.this_process_bytes), b(f.total_bytes))
-                                   : "");
+            return cause_activations_or_batch(f, e);
         case OomClass::Fragmentation:
-            if (e.wording == Wording::TorchMemorySummary)
-                return fmt::format(
-                    "Fragmentation: after the out-of-memory error PyTorch still reserves {} but "
-                    "its tensors hold only {}: the rest is cached in pieces of segments it could "
-                    "neither release nor reuse for the request.",
-                    b(n.reserved), b(n.allocated));
-            if (e.wording == Wording::GgmlCudaVmmReserve)
-                return "Not a shortage of VRAM: llama.cpp's CUDA memory pool reserves one large "
-                       "virtual address range up front (cuMemAddressReserve) and the driver "
-                       "refused the reservation (on Windows, WDDM limits it).";
-            if (f.free_bytes && f.requested_bytes && *f.free_bytes >= *f.requested_bytes &&
-                f.reserved_unallocated_bytes.value_or(0) < *f.requested_bytes)
-                return fmt::format(
-                    "Fragmentation: the device reported {} free, more than the {} asked for, "
-                    "yet no block that size could be had.",
-                    b(f.free_bytes), b(f.requested_bytes));
-            return fmt::format(
-                "Fragmentation: {} could not be allocated although {} was free and {} sat "
-                "reserved but unallocated in PyTorch's cache.",
-                b(f.requested_bytes), b(f.free_bytes), b(f.reserved_unallocated_bytes.value_or(0)));
+            return cause_fragmentation(f, e);
         case OomClass::OtherProcess:
-            if (e.wording == Wording::VllmFreeMemoryStartup)
-                return fmt::format(
-                    "Other processes hold {} of the {} GPU; vLLM wants {} but only {} is free.",
-                    b(f.other_processes_bytes), b(f.total_bytes), b(f.requested_bytes),
-                    b(f.free_bytes));
-            if (e.wording == Wording::TorchAllowed)
-                return fmt::format(
-                    "{} of the {} GPU is neither free nor held by this process's tensors ({}): "
-                    "other processes, or freed memory the cudaMallocAsync pool keeps; {} more "
-                    "was needed and only {} was free.",
-                    b(f.other_processes_bytes), b(f.total_bytes), b(f.this_process_bytes),
-                    b(f.requested_bytes), b(f.free_bytes));
-            return fmt::format(
-                "Other processes hold {} of the {} GPU; this process needed {} more and only {} "
-                "was free.",
-                b(f.other_processes_bytes), b(f.total_bytes), b(f.requested_bytes),
-                b(f.free_bytes));
+            return cause_other_process(f, e);
         case OomClass::UtilizationSetting:
-            if (f.phase == Phase::SamplerWarmup)
-                return fmt::format(
-                    "Warming up the sampler for {} sequences ran out of memory: the KV cache, "
-                    "sized "
-                    "from --gpu-memory-utilization, left too little for it.",
-                    n.n_sequences ? format_count(*n.n_sequences) : "max_num_seqs");
-            if (f.phase == Phase::CudaGraph)
-                return "Capturing CUDA graphs ran out of memory: the graphs need memory the KV "
-                       "cache and weights already took.";
-            if (e.wording == Wording::VllmFreeMemoryStartup)
-                return fmt::format("--gpu-memory-utilization asks for {} but {} is free.",
-                                   b(f.requested_bytes), b(f.free_bytes));
-            if (e.wording == Wording::VllmNoCacheBlocks)
-                return "After the weights and the profiled activations, the "
-                       "--gpu-memory-utilization share leaves no memory for the KV cache.";
-            if (e.wording == Wording::VllmProfileNoKv)
-                return fmt::format(
-                    "vLLM's budget, {} x gpu_memory_utilization {:.2f} = {}, is spent before the "
-                    "KV cache: weights {}, non-torch memory {}, the profiled activation peak {}; "
-                    "{} is left for the KV cache.",
-                    b(f.total_bytes), e.context.utilization.value_or(0.9),
-                    f.total_bytes ? b(static_cast<uint64_t>(static_cast<double>(*f.total_bytes) *
-                                                            e.context.utilization.value_or(0.9)))
-                                  : std::string("?"),
-                    b(e.context.weights_bytes), b(n.non_torch), b(n.activation_peak),
-                    n.kv_left && *n.kv_left < 0
-                        ? fmt::format("-{}", b(static_cast<uint64_t>(-*n.kv_left)))
-                        : std::string("nothing"));
-            if (e.wording == Wording::SglangNotEnoughMemory)
-                return "After the weights, --mem-fraction-static leaves no memory for the KV "
-                       "cache pool.";
-            return fmt::format(
-                "PyTorch is capped at {} of the {} GPU (set_per_process_memory_fraction) and "
-                "needed {} more.",
-                b(n.allowed), b(f.total_bytes), b(f.requested_bytes));
+            return cause_utilization_setting(f, e);
     }
     return "";
 }

@@ -497,196 +497,259 @@ HR_KERNEL_INLINE void ask_ahead(const Src& src, int64_t blk, int part) {
     if constexpr (kHold) asm volatile("" ::: "memory");
 }
 
+// One block of each quantization family for micro_direct: the NR tokens'
+// dot products with block blk of the source, added into acc. kAsk: a decode
+// step asks for the repacked weights src.ahead bytes ahead; the paths that
+// spread those requests over the block's work (kQ4Masked, kQ5Five, kQ6First
+// below) hold them where they are written on AVX-512 (ask_ahead's kHold),
+// the others ask once at the block's start (micro_direct).
+template <class V, TensorType T, bool kI16, class Src>
+inline constexpr bool kQ4Masked = T == TensorType::Q4_K && !kI16 && V::kExactU8Dot;
+template <class V, TensorType T, bool kI16, class Src>
+inline constexpr bool kQ5Five =
+    T == TensorType::Q5_K && !kI16 && V::kQ5KFiveVectors && Src::kRepacked;
+template <class V, class Src>
+inline constexpr bool kQ6First = V::kQ6KScalesFirst&& Src::kRepacked;
+
+// Q4_K and Q5_K.
+template <class V, TensorType T, int NR, bool kI16, class Src, bool kAsk>
+HR_KERNEL_INLINE void block_q45k(const Src& src, int64_t blk, const Tok* tok, typename V::F* acc) {
+    using I = typename V::I;
+    using F = typename V::F;
+    using R = ReadQ45K<V, T == TensorType::Q5_K>;
+    constexpr bool kHold = V::kLanes == 16;
+    I S[NR], Sl[NR], sc[8], mp[4], w[16];
+    F d, dmin;
+    for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
+    R::scales(src, blk, sc, mp, d, dmin);
+    if constexpr (kQ4Masked<V, T, kI16, Src>) {
+        // The odd sub-blocks multiply the high nibbles in place, as
+        // 16 x level: one mask instead of a shift and a mask per
+        // vector. Their sums, multiples of 16, are divided once at
+        // the end, exactly (|16 x sum| < 2^28): the same integers.
+        I H[NR];
+        for (int t = 0; t < NR; ++t) H[t] = V::zero();
+        const I low4 = V::set1_8(0x0F), high4 = V::set1_8(static_cast<int8_t>(0xF0));
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+            I x[8];
+            if constexpr (kAsk) ask_ahead<V, 36>(src, blk, 9 * c);
+            src.dw4(blk, 16 + 32 * c, x);
+            if constexpr (kAsk) ask_ahead<V, 36>(src, blk, 9 * c + 1);
+            src.dw4(blk, 32 + 32 * c, x + 4);
+            for (int k = 0; k < 8; k += 2) {
+                if constexpr (kAsk) ask_ahead<V, 36>(src, blk, 9 * c + 2 + k / 2);
+                w[k] = V::and_(x[k], low4);
+                w[k + 1] = V::and_(x[k + 1], low4);
+            }
+            sub_q45<V, NR, false, false>(w, sc[2 * c], tok, blk, 2 * c, S, Sl);
+            for (int k = 0; k < 8; k += 4) {
+                if constexpr (kAsk) ask_ahead<V, 36>(src, blk, 9 * c + 6 + k / 4);
+                for (int j = k; j < k + 4; ++j) w[j] = V::and_(x[j], high4);
+            }
+            if constexpr (kAsk) ask_ahead<V, 36>(src, blk, 9 * c + 8);
+            sub_q45<V, NR, false, false>(w, sc[2 * c + 1], tok, blk, 2 * c + 1, H, Sl);
+        }
+        for (int t = 0; t < NR; ++t) S[t] = V::add(S[t], V::template sra<4>(H[t]));
+    } else if constexpr (kQ5Five<V, T, kI16, Src>) {
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; ++s) {
+            if constexpr (kAsk) ask_ahead<V, 24, Src, kHold>(src, blk, 3 * s);
+            R::sub_x8(src, blk, s, w);
+            if constexpr (kAsk) ask_ahead<V, 24, Src, kHold>(src, blk, 3 * s + 1);
+            sub_q5_x8<V, NR>(w, sc[s], tok, blk, s, S);
+            if constexpr (kAsk) ask_ahead<V, 24, Src, kHold>(src, blk, 3 * s + 2);
+        }
+    } else {
+        for (int c = 0; c < 4; ++c) {
+            R::pair(src, blk, c, w);
+            sub_q45<V, NR, kI16, T == TensorType::Q5_K>(w, sc[2 * c], tok, blk, 2 * c, S, Sl);
+            sub_q45<V, NR, kI16, T == TensorType::Q5_K>(w + 8, sc[2 * c + 1], tok, blk, 2 * c + 1,
+                                                        S, Sl);
+        }
+    }
+    finish_q45<V, NR, kI16>(S, Sl, mp, d, dmin, tok, blk, acc);
+}
+
+// Q6_K. acts_midway: the next block's activations are asked for halfway
+// through this one (prefetch_acts over [b0, b0 + nb)).
+template <class V, int NR, bool kI16, class Src, bool kAsk>
+HR_KERNEL_INLINE void block_q6k(const Src& src, int64_t blk, const Tok* tok, typename V::F* acc,
+                                bool acts_midway, int64_t b0, int64_t nb) {
+    using I = typename V::I;
+    using F = typename V::F;
+    using R = ReadQ6K<V>;
+    constexpr bool kHold = V::kLanes == 16;
+    I S[NR], Sl[NR], sc[16], w[16];
+    F d;
+    for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
+    if constexpr (kQ6First<V, Src>) {
+        R::scales(src, blk, sc, d);
+#pragma GCC unroll 16
+        for (int s = 0; s < 16; ++s) {
+            if constexpr (kAsk) ask_ahead<V, 48, Src, kHold>(src, blk, 3 * s);
+            R::sub(src, blk, s, w);
+            if constexpr (kAsk) ask_ahead<V, 48, Src, kHold>(src, blk, 3 * s + 1);
+            sub_q6<V, NR, kI16>(w, sc[s], tok, blk, s, S, Sl);
+            if constexpr (kAsk) ask_ahead<V, 48, Src, kHold>(src, blk, 3 * s + 2);
+            if (s == 7 && acts_midway)
+                prefetch_acts<V, TensorType::Q6_K, NR, kI16>(tok, blk, b0, nb);
+        }
+    } else if constexpr (Src::kRepacked) {
+        // Each scale loaded where its sub-block needs it.
+        d = src.half(blk, 208);
+        for (int s = 0; s < 16; ++s) {
+            R::sub(src, blk, s, w);
+            sub_q6<V, NR, kI16>(w, R::scale(src, blk, s), tok, blk, s, S, Sl);
+        }
+    } else {
+        R::scales(src, blk, sc, d);
+        for (int h = 0; h < 2; ++h) {
+            for (int part = 0; part < 2; ++part) {
+                R::quarter(src, blk, h, part, w);
+                for (int q = 0; q < 4; ++q) {
+                    const int s = 8 * h + 2 * q + part;
+                    sub_q6<V, NR, kI16>(w + 4 * q, sc[s], tok, blk, s, S, Sl);
+                }
+            }
+        }
+    }
+    finish_q6<V, NR, kI16>(S, Sl, d, tok, blk, acc);
+}
+
+// Q2_K.
+template <class V, int NR, bool kI16, class Src>
+HR_KERNEL_INLINE void block_q2k(const Src& src, int64_t blk, const Tok* tok, typename V::F* acc) {
+    using I = typename V::I;
+    using F = typename V::F;
+    using R = ReadQ2K<V>;
+    I S[NR], Sl[NR], sc[16], mp[8], q[8], w[8];
+    F d, dmin;
+    for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
+    R::scales(src, blk, sc, mp, d, dmin);
+    for (int n = 0; n < 2; ++n) {
+        R::low_bits(src, blk, n, q);
+        for (int j = 0; j < 4; ++j) {
+            R::levels(q, j, w);
+            const int s = 8 * n + 2 * j;
+            sub_q6<V, NR, kI16, false>(w, sc[s], tok, blk, s, S, Sl);
+            sub_q6<V, NR, kI16, false>(w + 4, sc[s + 1], tok, blk, s + 1, S, Sl);
+        }
+    }
+    finish_q45<V, NR, kI16, 8>(S, Sl, mp, d, dmin, tok, blk, acc);
+}
+
+// Q3_K.
+template <class V, int NR, bool kI16, class Src>
+HR_KERNEL_INLINE void block_q3k(const Src& src, int64_t blk, const Tok* tok, typename V::F* acc) {
+    using I = typename V::I;
+    using F = typename V::F;
+    using R = ReadQ3K<V>;
+    I S[NR], Sl[NR], sc[16];
+    F d;
+    for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
+    R::scales(src, blk, sc, d);
+    R::pairs(
+        src, blk, [&](int p, const I* w) __attribute__((always_inline)) {
+            sub_q6<V, NR, kI16>(w, sc[2 * p], tok, blk, 2 * p, S, Sl);
+            sub_q6<V, NR, kI16>(w + 4, sc[2 * p + 1], tok, blk, 2 * p + 1, S, Sl);
+        });
+    finish_q6<V, NR, kI16>(S, Sl, d, tok, blk, acc);
+}
+
+// IQ4_XS.
+template <class V, int NR, bool kI16, class Src>
+HR_KERNEL_INLINE void block_iq4xs(const Src& src, int64_t blk, const Tok* tok, typename V::F* acc) {
+    using I = typename V::I;
+    using F = typename V::F;
+    using R = ReadIq4Xs<V>;
+    I S[NR], Sl[NR], sc[8], w[8];
+    F d;
+    for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
+    R::scales(src, blk, sc, d);
+    for (int s = 0; s < 8; ++s) {
+        R::sub(src, blk, s, w);
+        sub_iq4xs<V, NR, kI16>(w, sc[s], tok, blk, s, S, Sl);
+    }
+    finish_q6<V, NR, kI16>(S, Sl, d, tok, blk, acc);
+}
+
+// Q4_0 and Q4_1 in int8 where the multiply-adds take any u8: the high
+// nibbles multiply in place, as 16 x level: one mask instead of a shift and
+// a mask per vector. Their sums, multiples of 16, are divided once per
+// block, exactly (|16 x sum| < 2^20).
+template <class V, TensorType T, int NR, class Src>
+HR_KERNEL_INLINE void block_q4_nibbles(const Src& src, int64_t blk, const Tok* tok,
+                                       typename V::F* acc) {
+    using I = typename V::I;
+    using F = typename V::F;
+    using R = Read32<V, T>;
+    I x[4], lo[NR], hi[NR];
+    F dw, mw;
+    R::nibbles(src, blk, x, dw, mw);
+    const I low4 = V::set1_8(0x0F), high4 = V::set1_8(static_cast<int8_t>(0xF0));
+    for (int t = 0; t < NR; ++t) {
+        lo[t] = R::kMin ? V::zero() : V::bcast32(tok[t].sums + 4 * blk);
+        hi[t] = V::zero();
+    }
+    for (int j = 0; j < 4; ++j) {
+        const I wl = V::and_(x[j], low4), wh = V::and_(x[j], high4);
+        for (int t = 0; t < NR; ++t) {
+            const uint8_t* a = tok[t].qs + 32 * blk + 4 * j;
+            lo[t] = V::dot_u8s8_at(lo[t], wl, a);
+            hi[t] = V::dot_u8s8_at(hi[t], wh, a + 16);
+        }
+    }
+    for (int t = 0; t < NR; ++t) {
+        const I isum = V::add(lo[t], V::template sra<4>(hi[t]));
+        acc[t] = V::fma(V::cvt(isum), V::fmul(dw, V::fbcast(tok[t].d + blk)), acc[t]);
+        if constexpr (R::kMin)
+            acc[t] =
+                V::fma(mw, V::fbcast(reinterpret_cast<const float*>(tok[t].sums) + blk), acc[t]);
+    }
+}
+
 // micro_panel's work straight from a source (pack.h): each block is read once for the
-// NR tokens, with no panel in between. kAhead: a decode step, streaming the
-// weights from memory: ask for the repacked ones src.ahead bytes ahead
-// (Context::decode_prefetch_bytes), and for the activations of a block ahead
-// (prefetch_acts).
+// NR tokens, with no panel in between, by its family's block_* function. kAhead: a
+// decode step, streaming the weights from memory: ask for the repacked ones src.ahead
+// bytes ahead (Context::decode_prefetch_bytes), and for the activations of a block
+// ahead (prefetch_acts).
 template <class V, TensorType T, int NR, bool kI16, class Src, bool kAhead = true>
 void micro_direct(const Src& src, int64_t b0, int64_t nb, const Tok* tok, int n_valid, bool first) {
     using I = typename V::I;
     using F = typename V::F;
-    // The paths below that spread a block's requests for weights over its
-    // work (ask_ahead); the others ask for the whole block at its start.
-    constexpr bool kQ4Masked = T == TensorType::Q4_K && !kI16 && V::kExactU8Dot;
-    constexpr bool kQ5Five = T == TensorType::Q5_K && !kI16 && V::kQ5KFiveVectors && Src::kRepacked;
-    constexpr bool kQ6First = T == TensorType::Q6_K && V::kQ6KScalesFirst && Src::kRepacked;
+    constexpr bool kQ6Spread = T == TensorType::Q6_K && kQ6First<V, Src>;
     constexpr bool kAsk = kAhead && Src::kRepacked;
-    constexpr bool kSpread = kAsk && (kQ4Masked || kQ5Five || kQ6First);
-    // Q5_K's and Q6_K's spread requests held where they are written on
-    // AVX-512 (ask_ahead's kHold); Q6_K spreads them only there.
-    constexpr bool kHold = V::kLanes == 16;
+    // The paths that spread a block's requests for weights over its work
+    // (ask_ahead); the others ask for the whole block at its start.
+    constexpr bool kSpread =
+        kAsk && (kQ4Masked<V, T, kI16, Src> || kQ5Five<V, T, kI16, Src> || kQ6Spread);
     bool acts_midway = false;
-    if constexpr (kQ6First && kAsk) acts_midway = src.ahead != 0;
+    if constexpr (kQ6Spread && kAsk) acts_midway = src.ahead != 0;
     F acc[NR];
     load_acc<V, NR>(acc, tok, n_valid, first);
     for (int64_t blk = b0; blk < b0 + nb; ++blk) {
         // (The stream goes on into the next group, and the next part's.)
         if constexpr (kAsk && !kSpread) ask_ahead<V, 1>(src, blk, 0);
         // Where it asks for weights ahead, Q6_K asks for the next block's
-        // activations halfway through its own: on the Intel Xeon of
-        // ask_ahead, its decode read 88-90% of the bandwidth against 85-86%
-        // asking at the start (Q4_K and Q5_K gained nothing there).
+        // activations halfway through its own (block_q6k): on the Intel Xeon
+        // of ask_ahead, its decode read 88-90% of the bandwidth against
+        // 85-86% asking at the start (Q4_K and Q5_K gained nothing there).
         if constexpr (kAhead)
             if (!acts_midway) prefetch_acts<V, T, NR, kI16>(tok, blk, b0, nb);
         if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
-            using R = ReadQ45K<V, T == TensorType::Q5_K>;
-            I S[NR], Sl[NR], sc[8], mp[4], w[16];
-            F d, dmin;
-            for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
-            R::scales(src, blk, sc, mp, d, dmin);
-            if constexpr (kQ4Masked) {
-                // The odd sub-blocks multiply the high nibbles in place, as
-                // 16 x level: one mask instead of a shift and a mask per
-                // vector. Their sums, multiples of 16, are divided once at
-                // the end, exactly (|16 x sum| < 2^28): the same integers.
-                I H[NR];
-                for (int t = 0; t < NR; ++t) H[t] = V::zero();
-                const I low4 = V::set1_8(0x0F), high4 = V::set1_8(static_cast<int8_t>(0xF0));
-#pragma GCC unroll 4
-                for (int c = 0; c < 4; ++c) {
-                    I x[8];
-                    if constexpr (kAsk) ask_ahead<V, 36>(src, blk, 9 * c);
-                    src.dw4(blk, 16 + 32 * c, x);
-                    if constexpr (kAsk) ask_ahead<V, 36>(src, blk, 9 * c + 1);
-                    src.dw4(blk, 32 + 32 * c, x + 4);
-                    for (int k = 0; k < 8; k += 2) {
-                        if constexpr (kAsk) ask_ahead<V, 36>(src, blk, 9 * c + 2 + k / 2);
-                        w[k] = V::and_(x[k], low4);
-                        w[k + 1] = V::and_(x[k + 1], low4);
-                    }
-                    sub_q45<V, NR, false, false>(w, sc[2 * c], tok, blk, 2 * c, S, Sl);
-                    for (int k = 0; k < 8; k += 4) {
-                        if constexpr (kAsk) ask_ahead<V, 36>(src, blk, 9 * c + 6 + k / 4);
-                        for (int j = k; j < k + 4; ++j) w[j] = V::and_(x[j], high4);
-                    }
-                    if constexpr (kAsk) ask_ahead<V, 36>(src, blk, 9 * c + 8);
-                    sub_q45<V, NR, false, false>(w, sc[2 * c + 1], tok, blk, 2 * c + 1, H, Sl);
-                }
-                for (int t = 0; t < NR; ++t) S[t] = V::add(S[t], V::template sra<4>(H[t]));
-            } else if constexpr (kQ5Five) {
-#pragma GCC unroll 8
-                for (int s = 0; s < 8; ++s) {
-                    if constexpr (kAsk) ask_ahead<V, 24, Src, kHold>(src, blk, 3 * s);
-                    R::sub_x8(src, blk, s, w);
-                    if constexpr (kAsk) ask_ahead<V, 24, Src, kHold>(src, blk, 3 * s + 1);
-                    sub_q5_x8<V, NR>(w, sc[s], tok, blk, s, S);
-                    if constexpr (kAsk) ask_ahead<V, 24, Src, kHold>(src, blk, 3 * s + 2);
-                }
-            } else {
-                for (int c = 0; c < 4; ++c) {
-                    R::pair(src, blk, c, w);
-                    sub_q45<V, NR, kI16, T == TensorType::Q5_K>(w, sc[2 * c], tok, blk, 2 * c, S,
-                                                                Sl);
-                    sub_q45<V, NR, kI16, T == TensorType::Q5_K>(w + 8, sc[2 * c + 1], tok, blk,
-                                                                2 * c + 1, S, Sl);
-                }
-            }
-            finish_q45<V, NR, kI16>(S, Sl, mp, d, dmin, tok, blk, acc);
+            block_q45k<V, T, NR, kI16, Src, kAsk>(src, blk, tok, acc);
         } else if constexpr (T == TensorType::Q6_K) {
-            using R = ReadQ6K<V>;
-            I S[NR], Sl[NR], sc[16], w[16];
-            F d;
-            for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
-            if constexpr (kQ6First) {
-                R::scales(src, blk, sc, d);
-#pragma GCC unroll 16
-                for (int s = 0; s < 16; ++s) {
-                    if constexpr (kAsk) ask_ahead<V, 48, Src, kHold>(src, blk, 3 * s);
-                    R::sub(src, blk, s, w);
-                    if constexpr (kAsk) ask_ahead<V, 48, Src, kHold>(src, blk, 3 * s + 1);
-                    sub_q6<V, NR, kI16>(w, sc[s], tok, blk, s, S, Sl);
-                    if constexpr (kAsk) ask_ahead<V, 48, Src, kHold>(src, blk, 3 * s + 2);
-                    if (s == 7 && acts_midway) prefetch_acts<V, T, NR, kI16>(tok, blk, b0, nb);
-                }
-            } else if constexpr (Src::kRepacked) {
-                // Each scale loaded where its sub-block needs it.
-                d = src.half(blk, 208);
-                for (int s = 0; s < 16; ++s) {
-                    R::sub(src, blk, s, w);
-                    sub_q6<V, NR, kI16>(w, R::scale(src, blk, s), tok, blk, s, S, Sl);
-                }
-            } else {
-                R::scales(src, blk, sc, d);
-                for (int h = 0; h < 2; ++h) {
-                    for (int part = 0; part < 2; ++part) {
-                        R::quarter(src, blk, h, part, w);
-                        for (int q = 0; q < 4; ++q) {
-                            const int s = 8 * h + 2 * q + part;
-                            sub_q6<V, NR, kI16>(w + 4 * q, sc[s], tok, blk, s, S, Sl);
-                        }
-                    }
-                }
-            }
-            finish_q6<V, NR, kI16>(S, Sl, d, tok, blk, acc);
+            block_q6k<V, NR, kI16, Src, kAsk>(src, blk, tok, acc, acts_midway, b0, nb);
         } else if constexpr (T == TensorType::Q2_K) {
-            using R = ReadQ2K<V>;
-            I S[NR], Sl[NR], sc[16], mp[8], q[8], w[8];
-            F d, dmin;
-            for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
-            R::scales(src, blk, sc, mp, d, dmin);
-            for (int n = 0; n < 2; ++n) {
-                R::low_bits(src, blk, n, q);
-                for (int j = 0; j < 4; ++j) {
-                    R::levels(q, j, w);
-                    const int s = 8 * n + 2 * j;
-                    sub_q6<V, NR, kI16, false>(w, sc[s], tok, blk, s, S, Sl);
-                    sub_q6<V, NR, kI16, false>(w + 4, sc[s + 1], tok, blk, s + 1, S, Sl);
-                }
-            }
-            finish_q45<V, NR, kI16, 8>(S, Sl, mp, d, dmin, tok, blk, acc);
+            block_q2k<V, NR, kI16>(src, blk, tok, acc);
         } else if constexpr (T == TensorType::Q3_K) {
-            using R = ReadQ3K<V>;
-            I S[NR], Sl[NR], sc[16];
-            F d;
-            for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
-            R::scales(src, blk, sc, d);
-            R::pairs(
-                src, blk, [&](int p, const I* w) __attribute__((always_inline)) {
-                    sub_q6<V, NR, kI16>(w, sc[2 * p], tok, blk, 2 * p, S, Sl);
-                    sub_q6<V, NR, kI16>(w + 4, sc[2 * p + 1], tok, blk, 2 * p + 1, S, Sl);
-                });
-            finish_q6<V, NR, kI16>(S, Sl, d, tok, blk, acc);
+            block_q3k<V, NR, kI16>(src, blk, tok, acc);
         } else if constexpr (T == TensorType::IQ4_XS) {
-            using R = ReadIq4Xs<V>;
-            I S[NR], Sl[NR], sc[8], w[8];
-            F d;
-            for (int t = 0; t < NR; ++t) S[t] = Sl[t] = V::zero();
-            R::scales(src, blk, sc, d);
-            for (int s = 0; s < 8; ++s) {
-                R::sub(src, blk, s, w);
-                sub_iq4xs<V, NR, kI16>(w, sc[s], tok, blk, s, S, Sl);
-            }
-            finish_q6<V, NR, kI16>(S, Sl, d, tok, blk, acc);
+            block_iq4xs<V, NR, kI16>(src, blk, tok, acc);
         } else if constexpr ((T == TensorType::Q4_0 || T == TensorType::Q4_1) && !kI16 &&
                              V::kExactU8Dot) {
-            // The high nibbles multiply in place, as 16 x level: one mask
-            // instead of a shift and a mask per vector. Their sums, multiples
-            // of 16, are divided once per block, exactly (|16 x sum| < 2^20).
-            using R = Read32<V, T>;
-            I x[4], lo[NR], hi[NR];
-            F dw, mw;
-            R::nibbles(src, blk, x, dw, mw);
-            const I low4 = V::set1_8(0x0F), high4 = V::set1_8(static_cast<int8_t>(0xF0));
-            for (int t = 0; t < NR; ++t) {
-                lo[t] = R::kMin ? V::zero() : V::bcast32(tok[t].sums + 4 * blk);
-                hi[t] = V::zero();
-            }
-            for (int j = 0; j < 4; ++j) {
-                const I wl = V::and_(x[j], low4), wh = V::and_(x[j], high4);
-                for (int t = 0; t < NR; ++t) {
-                    const uint8_t* a = tok[t].qs + 32 * blk + 4 * j;
-                    lo[t] = V::dot_u8s8_at(lo[t], wl, a);
-                    hi[t] = V::dot_u8s8_at(hi[t], wh, a + 16);
-                }
-            }
-            for (int t = 0; t < NR; ++t) {
-                const I isum = V::add(lo[t], V::template sra<4>(hi[t]));
-                acc[t] = V::fma(V::cvt(isum), V::fmul(dw, V::fbcast(tok[t].d + blk)), acc[t]);
-                if constexpr (R::kMin)
-                    acc[t] = V::fma(
-                        mw, V::fbcast(reinterpret_cast<const float*>(tok[t].sums) + blk), acc[t]);
-            }
+            block_q4_nibbles<V, T, NR>(src, blk, tok, acc);
         } else {
             I w[8];
             F dw, mw;

@@ -270,6 +270,49 @@ __attribute__((noinline)) void attend_heads(const float* q, float* st, uint64_t 
     }
 }
 
+// One chunk of keys [c0, c0 + ck), loaded into sc, for the queries of tokens
+// [t0, t1) on KV head kv_h that see a key of it: each query's softmax state
+// in `state` ((t1 - t0) x group states of hv + 2 floats) takes the chunk's
+// keys it sees. row_dot: a group of at most kRowDotMaxGroup heads, which
+// dots the keys row by row.
+template <class V>
+void attend_chunk(const AttentionArgs& a, uint32_t kv_h, int64_t t0, int64_t t1, uint32_t c0,
+                  uint32_t ck, float* state, const AttnScratch<V>& sc, bool row_dot) {
+    const uint32_t group = a.n_head / a.n_head_kv;
+    const uint32_t hk = a.head_dim_k, hv = a.head_dim_v;
+    const uint64_t state_stride = hv + 2;
+    for (int64_t t = t0; t < t1; ++t) {
+        const uint32_t pos = a.positions[t];
+        const uint32_t first = first_visible(pos, a.window);
+        if (pos < c0 || first >= c0 + ck) continue;
+        const int j0 = static_cast<int>(std::max(first, c0) - c0);
+        const int j1 = static_cast<int>(std::min(pos + 1, c0 + ck) - c0);
+        const float* q = a.q + (t * a.n_head + kv_h * group) * hk;
+        float* st = state + (t - t0) * group * state_stride;
+        if (row_dot) {
+            static_assert(kRowDotMaxGroup == 2, "one attend_heads per group size");
+            if (group == 2)
+                attend_heads<V, 2, true>(q, st, state_stride, sc, hk, hv, j0, j1, a.scale);
+            else
+                attend_heads<V, 1, true>(q, st, state_stride, sc, hk, hv, j0, j1, a.scale);
+            continue;
+        }
+        for (uint32_t gi = 0; gi < group; gi += 4) {
+            const uint32_t n = std::min<uint32_t>(4, group - gi);
+            const float* qs = q + gi * hk;
+            float* sts = st + gi * state_stride;
+            if (n == 4)
+                attend_heads<V, 4, false>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
+            else if (n == 3)
+                attend_heads<V, 3, false>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
+            else if (n == 2)
+                attend_heads<V, 2, false>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
+            else
+                attend_heads<V, 1, false>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
+        }
+    }
+}
+
 // The queries of tokens [t0, t1) (one sequence) on KV head kv_h, against the
 // keys of [seg_lo, seg_hi) they see. Without seg_states: every key (seg_lo =
 // 0, seg_hi = UINT32_MAX), segment by segment, folded, into a.out. With it:
@@ -373,36 +416,7 @@ void attend_run(const AttentionArgs& a, const int32_t* table, uint32_t kv_h, int
             tile.v += static_cast<uint64_t>(p0 - c0) * hv;
             load(k_rows, v_rows, hk, hv, tile);
         }
-        for (int64_t t = t0; t < t1; ++t) {
-            const uint32_t pos = a.positions[t];
-            const uint32_t first = first_visible(pos, a.window);
-            if (pos < c0 || first >= c0 + ck) continue;
-            const int j0 = static_cast<int>(std::max(first, c0) - c0);
-            const int j1 = static_cast<int>(std::min(pos + 1, c0 + ck) - c0);
-            const float* q = a.q + (t * a.n_head + kv_h * group) * hk;
-            float* st = state + (t - t0) * group * state_stride;
-            if (row_dot) {
-                static_assert(kRowDotMaxGroup == 2, "one attend_heads per group size");
-                if (group == 2)
-                    attend_heads<V, 2, true>(q, st, state_stride, sc, hk, hv, j0, j1, a.scale);
-                else
-                    attend_heads<V, 1, true>(q, st, state_stride, sc, hk, hv, j0, j1, a.scale);
-                continue;
-            }
-            for (uint32_t gi = 0; gi < group; gi += 4) {
-                const uint32_t n = std::min<uint32_t>(4, group - gi);
-                const float* qs = q + gi * hk;
-                float* sts = st + gi * state_stride;
-                if (n == 4)
-                    attend_heads<V, 4, false>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
-                else if (n == 3)
-                    attend_heads<V, 3, false>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
-                else if (n == 2)
-                    attend_heads<V, 2, false>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
-                else
-                    attend_heads<V, 1, false>(qs, sts, state_stride, sc, hk, hv, j0, j1, a.scale);
-            }
-        }
+        attend_chunk<V>(a, kv_h, t0, t1, c0, ck, state, sc, row_dot);
         // The last chunk of a segment, or of the run's keys.
         if (!seg_states && ((c0 + ck) % sk == 0 || c0 + ck > hi_pos)) fold(c0 / sk * sk);
     }

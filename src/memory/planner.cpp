@@ -436,6 +436,91 @@ std::string llama_cpp_command(const PlanModel& model, const Device& device, cons
     return cmd;
 }
 
+namespace {
+
+// The model and, unless its weight type is pinned or it is a GGUF file,
+// the same model in each smaller weight type the device can run.
+std::vector<PlanModel> weight_candidates(const PlanModel& model, const Device& device,
+                                         const Pins& pins) {
+    std::vector<PlanModel> models = {model};
+    if (!pins.weight_type && model.kind != "gguf") {
+        for (const auto& t : weight_types()) {
+            if (!t.candidate || t.type == WeightType::F32 || t.type == WeightType::GPTQ ||
+                t.type == WeightType::Q4_1)
+                continue;
+            if (!device.gpu && !t.gguf) continue;
+            if (t.type == WeightType::MXFP4 && model.desc.hp.n_expert == 0) continue;
+            if (model.weight_type && t.type == *model.weight_type) continue;
+            if (!weight_type_holds(model.tensors, t.type)) continue;
+            PlanModel q = requantized(model, t.type);
+            if (q.desc.weight_bytes < model.desc.weight_bytes) models.push_back(std::move(q));
+        }
+    }
+    return models;
+}
+
+// A configuration that fits, as a suggestion: each knob changed from the
+// base configuration `bc`, the cost of those changes (quality, context,
+// speed given up) and the command lines that run it.
+Suggestion suggestion_for(const PlanModel& model, const Device& device, const EngineConfig& bc,
+                          const PlanModel& m, const Plan& p) {
+    const EngineConfig& c = p.mem.config;
+    Suggestion s;
+    s.plan = p;
+    s.weight_type = m.weight_type;
+    if (m.weight_type != model.weight_type) {
+        s.changes.push_back(fmt::format(
+            "weights {} (was {})", info(*m.weight_type).label,
+            model.weight_type ? std::string(info(*model.weight_type).label) : model.file_type));
+        s.cost += quality(m.weight_type) - quality(model.weight_type);
+    }
+    if (c.kv_dtype != bc.kv_dtype) {
+        s.changes.push_back(fmt::format("--kv-dtype {}", name(c.kv_dtype)));
+        s.cost += c.kv_dtype == KvDtype::Q8_0 ? 1.0 : 0.1;
+    }
+    if (c.max_model_len != bc.max_model_len) {
+        s.changes.push_back(
+            fmt::format("--max-model-len {} (was {})", c.max_model_len, bc.max_model_len));
+        s.cost += 1.5 * std::log2(static_cast<double>(bc.max_model_len) / c.max_model_len);
+    }
+    if (c.max_num_seqs != bc.max_num_seqs) {
+        s.changes.push_back(
+            fmt::format("--max-num-seqs {} (was {})", c.max_num_seqs, bc.max_num_seqs));
+        s.cost += 0.75 * std::log2(static_cast<double>(bc.max_num_seqs) / c.max_num_seqs);
+    }
+    if (c.n_cpu_layers != bc.n_cpu_layers) {
+        s.changes.push_back(fmt::format("{} of {} layers on the CPU ({} of host memory)",
+                                        c.n_cpu_layers, model.desc.hp.n_layer,
+                                        format_bytes(p.host_bytes)));
+        // Every token reads the CPU layers' weights from host memory, at a
+        // fraction of the device's bandwidth: the cost grows with those bytes.
+        const uint64_t host_weights = first_layers_bytes(m.desc, c.n_cpu_layers);
+        const double ratio = static_cast<double>(host_weights) /
+                             static_cast<double>(std::max<uint64_t>(1, p.mem.budget_bytes));
+        s.cost += 2.0 + 4.0 * std::log2(1.0 + 10.0 * ratio);
+    }
+    if (c.experts_on_cpu && !bc.experts_on_cpu) {
+        const HParams& hp = m.desc.hp;
+        const uint64_t experts = experts_from(m.desc, c.n_cpu_layers);
+        s.changes.push_back(
+            fmt::format("experts on the CPU, dense and attention weights on {} (--cpu-moe; "
+                        "{} of experts in host memory)",
+                        device.name, format_bytes(experts)));
+        // A token reads n_expert_used of n_expert experts from host
+        // memory: the cost grows with those bytes, as a split's does.
+        const double read =
+            static_cast<double>(experts) * hp.n_expert_used / std::max<uint32_t>(1, hp.n_expert);
+        const double ratio = read / static_cast<double>(std::max<uint64_t>(1, p.mem.budget_bytes));
+        s.cost += 1.0 + 4.0 * std::log2(1.0 + 10.0 * ratio);
+    }
+    s.headroom_cmd = headroom_command(m, device, p);
+    s.vllm_cmd = vllm_command(m, device, p);
+    s.llama_cpp_cmd = llama_cpp_command(m, device, p);
+    return s;
+}
+
+}  // namespace
+
 std::vector<Suggestion> fit_search(const PlanModel& model, const Device& device,
                                    const PlanSettings& settings, const Pins& pins,
                                    size_t max_results) {
@@ -452,20 +537,7 @@ std::vector<Suggestion> fit_search(const PlanModel& model, const Device& device,
         if (bc.kv_dtype != KvDtype::Q8_0 && kv_dtype_fits(model.desc.hp, KvDtype::Q8_0))
             kv_types.push_back(KvDtype::Q8_0);
     }
-    std::vector<PlanModel> models = {model};
-    if (!pins.weight_type && model.kind != "gguf") {
-        for (const auto& t : weight_types()) {
-            if (!t.candidate || t.type == WeightType::F32 || t.type == WeightType::GPTQ ||
-                t.type == WeightType::Q4_1)
-                continue;
-            if (!device.gpu && !t.gguf) continue;
-            if (t.type == WeightType::MXFP4 && model.desc.hp.n_expert == 0) continue;
-            if (model.weight_type && t.type == *model.weight_type) continue;
-            if (!weight_type_holds(model.tensors, t.type)) continue;
-            PlanModel q = requantized(model, t.type);
-            if (q.desc.weight_bytes < model.desc.weight_bytes) models.push_back(std::move(q));
-        }
-    }
+    const std::vector<PlanModel> models = weight_candidates(model, device, pins);
 
     std::vector<Suggestion> out;
     std::set<std::tuple<int, int, uint32_t, uint32_t, uint32_t, bool>> seen;
@@ -476,59 +548,7 @@ std::vector<Suggestion> fit_search(const PlanModel& model, const Device& device,
                                          static_cast<int>(c.kv_dtype), c.max_model_len,
                                          c.max_num_seqs, c.n_cpu_layers, c.experts_on_cpu);
         if (!seen.insert(key).second) return;
-        Suggestion s;
-        s.plan = p;
-        s.weight_type = m.weight_type;
-        if (m.weight_type != model.weight_type) {
-            s.changes.push_back(fmt::format(
-                "weights {} (was {})", info(*m.weight_type).label,
-                model.weight_type ? std::string(info(*model.weight_type).label) : model.file_type));
-            s.cost += quality(m.weight_type) - quality(model.weight_type);
-        }
-        if (c.kv_dtype != bc.kv_dtype) {
-            s.changes.push_back(fmt::format("--kv-dtype {}", name(c.kv_dtype)));
-            s.cost += c.kv_dtype == KvDtype::Q8_0 ? 1.0 : 0.1;
-        }
-        if (c.max_model_len != bc.max_model_len) {
-            s.changes.push_back(
-                fmt::format("--max-model-len {} (was {})", c.max_model_len, bc.max_model_len));
-            s.cost += 1.5 * std::log2(static_cast<double>(bc.max_model_len) / c.max_model_len);
-        }
-        if (c.max_num_seqs != bc.max_num_seqs) {
-            s.changes.push_back(
-                fmt::format("--max-num-seqs {} (was {})", c.max_num_seqs, bc.max_num_seqs));
-            s.cost += 0.75 * std::log2(static_cast<double>(bc.max_num_seqs) / c.max_num_seqs);
-        }
-        if (c.n_cpu_layers != bc.n_cpu_layers) {
-            s.changes.push_back(fmt::format("{} of {} layers on the CPU ({} of host memory)",
-                                            c.n_cpu_layers, model.desc.hp.n_layer,
-                                            format_bytes(p.host_bytes)));
-            // Every token reads the CPU layers' weights from host memory, at a
-            // fraction of the device's bandwidth: the cost grows with those bytes.
-            const uint64_t host_weights = first_layers_bytes(m.desc, c.n_cpu_layers);
-            const double ratio = static_cast<double>(host_weights) /
-                                 static_cast<double>(std::max<uint64_t>(1, p.mem.budget_bytes));
-            s.cost += 2.0 + 4.0 * std::log2(1.0 + 10.0 * ratio);
-        }
-        if (c.experts_on_cpu && !bc.experts_on_cpu) {
-            const HParams& hp = m.desc.hp;
-            const uint64_t experts = experts_from(m.desc, c.n_cpu_layers);
-            s.changes.push_back(
-                fmt::format("experts on the CPU, dense and attention weights on {} (--cpu-moe; "
-                            "{} of experts in host memory)",
-                            device.name, format_bytes(experts)));
-            // A token reads n_expert_used of n_expert experts from host
-            // memory: the cost grows with those bytes, as a split's does.
-            const double read = static_cast<double>(experts) * hp.n_expert_used /
-                                std::max<uint32_t>(1, hp.n_expert);
-            const double ratio =
-                read / static_cast<double>(std::max<uint64_t>(1, p.mem.budget_bytes));
-            s.cost += 1.0 + 4.0 * std::log2(1.0 + 10.0 * ratio);
-        }
-        s.headroom_cmd = headroom_command(m, device, p);
-        s.vllm_cmd = vllm_command(m, device, p);
-        s.llama_cpp_cmd = llama_cpp_command(m, device, p);
-        out.push_back(std::move(s));
+        out.push_back(suggestion_for(model, device, bc, m, p));
     };
 
     for (const auto& m : models) {

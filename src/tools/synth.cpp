@@ -149,15 +149,11 @@ constexpr const char* kChatMlTemplate =
     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
-}  // namespace
-
-gguf::GgufWriter make_synth_model(const SynthShape& s, const SynthOptions& opt) {
-    if (!ref::can_quantize(opt.type))
-        fail("synth: cannot write weights of type {}", name(opt.type));
-    gguf::GgufWriter w;
+// The hyperparameters, as llama.cpp's GGUF keys name them for the architecture.
+void set_hparams(gguf::GgufWriter& w, const SynthShape& s, TensorType type) {
     const std::string a(s.arch);
     w.set_string("general.architecture", a);
-    w.set_string("general.name", fmt::format("synthetic {} ({})", s.name, name(opt.type)));
+    w.set_string("general.name", fmt::format("synthetic {} ({})", s.name, name(type)));
     w.set_u32("general.quantization_version", 2);
     w.set_u32(a + ".context_length", s.n_ctx);
     w.set_u32(a + ".embedding_length", s.n_embd);
@@ -194,8 +190,12 @@ gguf::GgufWriter make_synth_model(const SynthShape& s, const SynthOptions& opt) 
         w.set_u32(a + ".rope.scaling.original_context_length", s.yarn_orig_ctx);
     }
     w.set_u32(a + ".vocab_size", s.n_vocab);
+}
 
-    const SynthVocab vocab = make_vocab(s.n_vocab);
+// A vocabulary of n_vocab pieces with SentencePiece-style scores, and a
+// ChatML template.
+void set_tokenizer(gguf::GgufWriter& w, uint32_t n_vocab) {
+    const SynthVocab vocab = make_vocab(n_vocab);
     w.set_string("tokenizer.ggml.model", "llama");
     w.set_string("tokenizer.ggml.pre", "default");
     w.set_strings("tokenizer.ggml.tokens", vocab.tokens);
@@ -207,6 +207,87 @@ gguf::GgufWriter make_synth_model(const SynthShape& s, const SynthOptions& opt) 
     w.set_bool("tokenizer.ggml.add_bos_token", true);
     w.set_bool("tokenizer.ggml.add_eos_token", false);
     w.set_string("tokenizer.chat_template", kChatMlTemplate);
+}
+
+// A gpt-oss layer's tensors (prefix p): attention with biases and sinks,
+// the router with its bias, experts with theirs.
+template <class Add>
+void add_gpt_oss_layer(Add& add, const SynthShape& s, const std::string& p, int64_t hd) {
+    const int64_t F = s.n_ff_exp, X = s.n_expert;
+    add(p + "attn_norm.weight", {s.n_embd}, true);
+    add(p + "attn_q.weight", {s.n_embd, s.n_head * hd}, false);
+    add(p + "attn_k.weight", {s.n_embd, s.n_head_kv * hd}, false);
+    add(p + "attn_v.weight", {s.n_embd, s.n_head_kv * hd}, false);
+    add(p + "attn_q.bias", {s.n_head * hd}, false, false, 0.5f);
+    add(p + "attn_k.bias", {s.n_head_kv * hd}, false, false, 0.5f);
+    add(p + "attn_v.bias", {s.n_head_kv * hd}, false, false, 0.5f);
+    add(p + "attn_output.weight", {s.n_head * hd, s.n_embd}, false);
+    add(p + "attn_output.bias", {s.n_embd}, false, false, 0.5f);
+    add(p + "attn_sinks.weight", {s.n_head}, false, false, 0.5f);
+    add(p + "post_attention_norm.weight", {s.n_embd}, true);
+    add(p + "ffn_gate_inp.weight", {s.n_embd, X}, false, true);
+    add(p + "ffn_gate_inp.bias", {X}, false, false, 0.5f);
+    add(p + "ffn_gate_exps.weight", {s.n_embd, F, X}, false);
+    add(p + "ffn_up_exps.weight", {s.n_embd, F, X}, false);
+    add(p + "ffn_down_exps.weight", {F, s.n_embd, X}, false);
+    add(p + "ffn_gate_exps.bias", {F, X}, false, false, 8.0f);
+    add(p + "ffn_up_exps.bias", {F, X}, false, false, 8.0f);
+    add(p + "ffn_down_exps.bias", {s.n_embd, X}, false, false, 0.5f);
+}
+
+// Any other layer's tensors (prefix p): attention (qwen2's biases, the q/k
+// norms of gemma3 and qwen3, gemma3's extra norms), then a dense FFN or
+// experts with an optional shared expert.
+template <class Add>
+void add_layer(Add& add, const SynthShape& s, const std::string& p, int64_t hd) {
+    add(p + "attn_norm.weight", {s.n_embd}, true);
+    add(p + "attn_q.weight", {s.n_embd, s.n_head * hd}, false);
+    add(p + "attn_k.weight", {s.n_embd, s.n_head_kv * hd}, false);
+    add(p + "attn_v.weight", {s.n_embd, s.n_head_kv * hd}, false);
+    if (s.arch == "qwen2" || s.arch == "qwen2moe") {
+        add(p + "attn_q.bias", {s.n_head * hd}, true);
+        add(p + "attn_k.bias", {s.n_head_kv * hd}, true);
+        add(p + "attn_v.bias", {s.n_head_kv * hd}, true);
+    }
+    if (s.arch == "gemma3" || s.arch == "qwen3" || s.arch == "qwen3moe") {
+        add(p + "attn_q_norm.weight", {hd}, true);
+        add(p + "attn_k_norm.weight", {hd}, true);
+    }
+    if (s.arch == "gemma3") {
+        add(p + "post_attention_norm.weight", {s.n_embd}, true);
+        add(p + "post_ffw_norm.weight", {s.n_embd}, true);
+    }
+    add(p + "attn_output.weight", {s.n_head * hd, s.n_embd}, false);
+    add(p + "ffn_norm.weight", {s.n_embd}, true);
+    if (s.n_expert) {
+        const int64_t F = s.n_ff_exp ? s.n_ff_exp : s.n_ff, X = s.n_expert;
+        add(p + "ffn_gate_inp.weight", {s.n_embd, X}, false, true);
+        add(p + "ffn_gate_exps.weight", {s.n_embd, F, X}, false);
+        add(p + "ffn_up_exps.weight", {s.n_embd, F, X}, false);
+        add(p + "ffn_down_exps.weight", {F, s.n_embd, X}, false);
+        if (s.n_ff_shexp) {
+            add(p + "ffn_gate_inp_shexp.weight", {s.n_embd}, false, true);
+            add(p + "ffn_gate_shexp.weight", {s.n_embd, s.n_ff_shexp}, false);
+            add(p + "ffn_up_shexp.weight", {s.n_embd, s.n_ff_shexp}, false);
+            add(p + "ffn_down_shexp.weight", {s.n_ff_shexp, s.n_embd}, false);
+        }
+        return;
+    }
+    add(p + "ffn_gate.weight", {s.n_embd, s.n_ff}, false);
+    add(p + "ffn_up.weight", {s.n_embd, s.n_ff}, false);
+    add(p + "ffn_down.weight", {s.n_ff, s.n_embd}, false);
+}
+
+}  // namespace
+
+gguf::GgufWriter make_synth_model(const SynthShape& s, const SynthOptions& opt) {
+    if (!ref::can_quantize(opt.type))
+        fail("synth: cannot write weights of type {}", name(opt.type));
+    gguf::GgufWriter w;
+    set_hparams(w, s, opt.type);
+    set_tokenizer(w, s.n_vocab);
+    const bool gpt_oss = s.arch == "gpt-oss";
+    const int64_t hd = s.head_size();
 
     auto pool = std::make_shared<ThreadPool>(opt.n_threads);
     uint64_t tensor_index = 0;
@@ -254,65 +335,10 @@ gguf::GgufWriter make_synth_model(const SynthShape& s, const SynthOptions& opt) 
     add("token_embd.weight", {s.n_embd, s.n_vocab}, false);
     for (uint32_t il = 0; il < s.n_layer; ++il) {
         const std::string p = fmt::format("blk.{}.", il);
-        if (gpt_oss) {
-            const int64_t F = s.n_ff_exp, X = s.n_expert;
-            add(p + "attn_norm.weight", {s.n_embd}, true);
-            add(p + "attn_q.weight", {s.n_embd, s.n_head * hd}, false);
-            add(p + "attn_k.weight", {s.n_embd, s.n_head_kv * hd}, false);
-            add(p + "attn_v.weight", {s.n_embd, s.n_head_kv * hd}, false);
-            add(p + "attn_q.bias", {s.n_head * hd}, false, false, 0.5f);
-            add(p + "attn_k.bias", {s.n_head_kv * hd}, false, false, 0.5f);
-            add(p + "attn_v.bias", {s.n_head_kv * hd}, false, false, 0.5f);
-            add(p + "attn_output.weight", {s.n_head * hd, s.n_embd}, false);
-            add(p + "attn_output.bias", {s.n_embd}, false, false, 0.5f);
-            add(p + "attn_sinks.weight", {s.n_head}, false, false, 0.5f);
-            add(p + "post_attention_norm.weight", {s.n_embd}, true);
-            add(p + "ffn_gate_inp.weight", {s.n_embd, X}, false, true);
-            add(p + "ffn_gate_inp.bias", {X}, false, false, 0.5f);
-            add(p + "ffn_gate_exps.weight", {s.n_embd, F, X}, false);
-            add(p + "ffn_up_exps.weight", {s.n_embd, F, X}, false);
-            add(p + "ffn_down_exps.weight", {F, s.n_embd, X}, false);
-            add(p + "ffn_gate_exps.bias", {F, X}, false, false, 8.0f);
-            add(p + "ffn_up_exps.bias", {F, X}, false, false, 8.0f);
-            add(p + "ffn_down_exps.bias", {s.n_embd, X}, false, false, 0.5f);
-            continue;
-        }
-        add(p + "attn_norm.weight", {s.n_embd}, true);
-        add(p + "attn_q.weight", {s.n_embd, s.n_head * hd}, false);
-        add(p + "attn_k.weight", {s.n_embd, s.n_head_kv * hd}, false);
-        add(p + "attn_v.weight", {s.n_embd, s.n_head_kv * hd}, false);
-        if (s.arch == "qwen2" || s.arch == "qwen2moe") {
-            add(p + "attn_q.bias", {s.n_head * hd}, true);
-            add(p + "attn_k.bias", {s.n_head_kv * hd}, true);
-            add(p + "attn_v.bias", {s.n_head_kv * hd}, true);
-        }
-        if (s.arch == "gemma3" || s.arch == "qwen3" || s.arch == "qwen3moe") {
-            add(p + "attn_q_norm.weight", {hd}, true);
-            add(p + "attn_k_norm.weight", {hd}, true);
-        }
-        if (s.arch == "gemma3") {
-            add(p + "post_attention_norm.weight", {s.n_embd}, true);
-            add(p + "post_ffw_norm.weight", {s.n_embd}, true);
-        }
-        add(p + "attn_output.weight", {s.n_head * hd, s.n_embd}, false);
-        add(p + "ffn_norm.weight", {s.n_embd}, true);
-        if (s.n_expert) {
-            const int64_t F = s.n_ff_exp ? s.n_ff_exp : s.n_ff, X = s.n_expert;
-            add(p + "ffn_gate_inp.weight", {s.n_embd, X}, false, true);
-            add(p + "ffn_gate_exps.weight", {s.n_embd, F, X}, false);
-            add(p + "ffn_up_exps.weight", {s.n_embd, F, X}, false);
-            add(p + "ffn_down_exps.weight", {F, s.n_embd, X}, false);
-            if (s.n_ff_shexp) {
-                add(p + "ffn_gate_inp_shexp.weight", {s.n_embd}, false, true);
-                add(p + "ffn_gate_shexp.weight", {s.n_embd, s.n_ff_shexp}, false);
-                add(p + "ffn_up_shexp.weight", {s.n_embd, s.n_ff_shexp}, false);
-                add(p + "ffn_down_shexp.weight", {s.n_ff_shexp, s.n_embd}, false);
-            }
-            continue;
-        }
-        add(p + "ffn_gate.weight", {s.n_embd, s.n_ff}, false);
-        add(p + "ffn_up.weight", {s.n_embd, s.n_ff}, false);
-        add(p + "ffn_down.weight", {s.n_ff, s.n_embd}, false);
+        if (gpt_oss)
+            add_gpt_oss_layer(add, s, p, hd);
+        else
+            add_layer(add, s, p, hd);
     }
     add("output_norm.weight", {s.n_embd}, true);
     if (!s.tied_embeddings) add("output.weight", {s.n_embd, s.n_vocab}, false);

@@ -264,13 +264,14 @@ void print_bench_text(const Opts& o, Instance& inst, const BenchOutcome& r) {
             r.moved);
 }
 
-void run_bench(const Opts& o) {
-    if (o.n_prompt == 0 && o.n_gen == 0) fail("bench: -p and -n are both 0, nothing to measure");
-    if (o.reps < 1) fail("bench: -r {} must be at least 1", o.reps);
+// One sequence of -p + -n + 1 tokens, steps of the prompt's length (at most
+// 512), one logits row, no prefix cache (every repetition computes its
+// prompt), and exactly that sequence's KV rather than what --mem-fraction
+// leaves.
+InstanceOptions bench_options(const Opts& o) {
     InstanceOptions io = instance_options(o.engine, 1);
     io.progress = !o.json;
-    io.runner.prefix_caching = false;  // every repetition computes its prompt
-    // Exactly one sequence's KV, rather than what --mem-fraction leaves.
+    io.runner.prefix_caching = false;
     io.one_sequence_pool = true;
     EngineConfig& c = io.settings.config;
     const uint32_t n_ctx = o.n_prompt + o.n_gen + 1;
@@ -280,6 +281,13 @@ void run_bench(const Opts& o) {
     if (c.max_num_batched_tokens == 0)
         c.max_num_batched_tokens = std::clamp<uint32_t>(o.n_prompt, 1, 512);
     c.max_logit_rows = 1;
+    return io;
+}
+
+void run_bench(const Opts& o) {
+    if (o.n_prompt == 0 && o.n_gen == 0) fail("bench: -p and -n are both 0, nothing to measure");
+    if (o.reps < 1) fail("bench: -r {} must be at least 1", o.reps);
+    const InstanceOptions io = bench_options(o);
     Instance inst(o.engine.model);
     inst.load(io);
     const Model& model = inst.model();

@@ -156,12 +156,13 @@ bool Scheduler::chunks_fit(SeqGroup* group) {
     return true;
 }
 
-void Scheduler::run_chunks(SeqGroup* group) {
+void Scheduler::commit_chunks(SeqGroup* group) {
     for (size_t i = 0; i < group->seqs.size(); ++i) {
         if (chunk_[i] == 0) continue;
         Sequence* s = group->seqs[i];
         const uint32_t first = s->n_computed();
-        HR_CHECK(cache_.grow(s->kv, chunk_[i]));
+        const bool grown = cache_.grow(s->kv, chunk_[i]);
+        HR_CHECK_MSG(grown, "chunks_fit said the pools hold the chunk");
         out_.seqs.push_back({s, first, chunk_[i], first + chunk_[i] == s->tokens.size()});
         out_.n_tokens += chunk_[i];
     }
@@ -195,7 +196,7 @@ const SchedulerOutput& Scheduler::schedule() {
             }
         }
         if (preempted_self) break;
-        run_chunks(group);
+        commit_chunks(group);
         budget -= n;
         next_running_.push_back(group);
     }
@@ -229,7 +230,7 @@ const SchedulerOutput& Scheduler::schedule() {
                 s->state = SeqState::Running;
             }
             group->state = SeqState::Running;
-            run_chunks(group);
+            commit_chunks(group);
             running_.push_back(group);
             seats += group->n_seats;
             budget -= n;

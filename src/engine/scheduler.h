@@ -90,7 +90,7 @@ class Scheduler {
     // True if the pools hold the blocks chunk_ needs (after sliding windows).
     bool chunks_fit(SeqGroup* group);
     // Grows every member by its chunk and appends to out_.
-    void run_chunks(SeqGroup* group);
+    void commit_chunks(SeqGroup* group);
     uint32_t seats_taken() const;
 
     KvCache& cache_;

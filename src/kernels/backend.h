@@ -103,17 +103,10 @@ enum class WeightUse { Matmul, Rows, MatmulAndRows };
 // One layer's attention: q (n_tokens, n_head, head_dim_k) and out
 // (n_tokens, n_head, head_dim_v) in the arena; keys and values from the KV
 // region through the step's block tables.
-struct AttentionOp {
+struct AttentionOp : AttentionShape {
     DevPtr q;
     DevPtr out;
-    uint32_t layer = 0;
-    uint32_t n_head = 0;
-    uint32_t n_head_kv = 0;
-    uint32_t head_dim_k = 0;
-    uint32_t head_dim_v = 0;
-    float scale = 1.0f;   // applied to q·k
-    uint32_t window = 0;  // 0: full attention; else keys p - window + 1 .. p
-    Weight sinks;         // (n_head) attention sinks (kernels::AttentionArgs), or absent
+    Weight sinks;  // (n_head) attention sinks (kernels::AttentionArgs), or absent
 };
 
 // A step's expert routing on a device: the route buffer (kernels/moe.h) and

@@ -64,4 +64,18 @@ uint64_t thread_scratch_bytes(uint64_t max_in, uint64_t max_head, uint64_t group
 // table.
 uint64_t acts_row_bytes(uint64_t n);
 
+// One layer's attention, whoever holds its tensors: the layer, n_head query
+// heads sharing n_head_kv key and value heads, their widths, the scale of
+// q·k and the sliding window. A backend's op (AttentionOp) and the CPU
+// kernels' arguments (AttentionArgs) both start with it.
+struct AttentionShape {
+    uint32_t layer = 0;
+    uint32_t n_head = 0;
+    uint32_t n_head_kv = 0;
+    uint32_t head_dim_k = 0;
+    uint32_t head_dim_v = 0;
+    float scale = 1.0f;   // applied to q·k
+    uint32_t window = 0;  // 0: full attention; else keys p - window + 1 .. p
+};
+
 }  // namespace headroom::kernels

@@ -651,6 +651,7 @@ TEST_P(VulkanKv, StoreKvWritesTheReferenceBytesAndAttentionMatchesTheReference) 
         const auto got = out.get();
         std::vector<float> ref(got.size());
         AttentionArgs a;
+        static_cast<AttentionShape&>(a) = op;
         a.q = q.data();
         a.out = ref.data();
         a.n_tokens = n_q;
@@ -659,12 +660,6 @@ TEST_P(VulkanKv, StoreKvWritesTheReferenceBytesAndAttentionMatchesTheReference) 
         a.step = &f.view;
         a.kv = &f.cpu_cache->layout();
         a.kv_base = f.cpu.host(l.base_of_layer(layer));
-        a.layer = layer;
-        a.n_head = s.n_head;
-        a.n_head_kv = s.n_head_kv;
-        a.head_dim_k = a.head_dim_v = s.head_dim;
-        a.scale = op.scale;
-        a.window = window;
         Context ctx;
         ctx.pool = &f.cpu.pool();
         std::vector<uint8_t> scratch(thread_scratch_bytes(256, 256, 8, 32));

@@ -455,6 +455,7 @@ void CpuBackend::store_kv(const KvLayout& kv, uint32_t layer, const StepView& st
 void CpuBackend::attention(const KvLayout& kv, const StepView& step, const AttentionOp& op) {
     const Timed timed(profile_.get(), "attention");
     AttentionArgs a;
+    static_cast<AttentionShape&>(a) = op;
     a.q = f32(op.q);
     a.out = f32(op.out);
     a.n_tokens = step.n_tokens;
@@ -463,13 +464,6 @@ void CpuBackend::attention(const KvLayout& kv, const StepView& step, const Atten
     a.step = &step;
     a.kv = &kv;
     a.kv_base = host(kv.base_of_layer(op.layer));
-    a.layer = op.layer;
-    a.n_head = op.n_head;
-    a.n_head_kv = op.n_head_kv;
-    a.head_dim_k = op.head_dim_k;
-    a.head_dim_v = op.head_dim_v;
-    a.scale = op.scale;
-    a.window = op.window;
     a.sinks = op.sinks ? vec(op.sinks) : nullptr;
     ops_.attention(a, ctx_);
 }

@@ -127,7 +127,7 @@ inline Acts acts_rows(const Acts& x, int64_t row0, int64_t n) {
 // One forward call's attention for one layer: every token of the step
 // attends, causally, to its own sequence's cached keys and values, found
 // through the step's block tables in the layer's KV region at kv_base.
-struct AttentionArgs {
+struct AttentionArgs : AttentionShape {
     const float* q = nullptr;  // (n_tokens, n_head, head_dim_k)
     float* out = nullptr;      // (n_tokens, n_head, head_dim_v)
     int64_t n_tokens = 0;
@@ -136,13 +136,6 @@ struct AttentionArgs {
     const StepView* step = nullptr;
     const KvLayout* kv = nullptr;
     const uint8_t* kv_base = nullptr;  // host address of kv->base_of_layer(layer)
-    uint32_t layer = 0;
-    uint32_t n_head = 0;
-    uint32_t n_head_kv = 0;
-    uint32_t head_dim_k = 0;
-    uint32_t head_dim_v = 0;
-    float scale = 1.0f;   // applied to q·k
-    uint32_t window = 0;  // 0: full attention; else keys p - window + 1 .. p
     // Attention sinks (gpt-oss), (n_head) or null: head h's softmax has one
     // more logit, sinks[h], that takes weight but carries no value:
     //   out = sum_j e^(s_j - m) v_j / (sum_j e^(s_j - m) + e^(sinks[h] - m)),

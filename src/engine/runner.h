@@ -23,7 +23,7 @@ namespace headroom {
 // What the runner chooses beyond the plan's sizes.
 struct RunnerSettings {
     bool prefix_caching = true;
-    // How matmuls against quantized weights take activations (kernels.h).
+    // How matmuls against quantized weights take activations (kernels/op-args.h).
     kernels::ActPrecision act_precision = kernels::default_act_precision();
 };
 

@@ -2,7 +2,7 @@
 // model file's tensors are used where they are mapped, and matrices the
 // kernels read faster in another layout are repacked at end_weights (its
 // "upload"): the packed copies replace the file's pages. Ops run the kernel
-// table chosen for this CPU (kernels.h) on a pool of worker threads; a step
+// table chosen for this CPU (kernels/cpu/ops.h) on a pool of worker threads; a step
 // is synchronous, and end_step hands back the arena's own logits rows.
 // With HEADROOM_CPU_PROFILE set (not "0"), it times every op and prints the
 // wall time per op, and the weight read rate of the matmuls, when it closes.

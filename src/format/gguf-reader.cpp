@@ -182,6 +182,84 @@ bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) {
     return __builtin_mul_overflow(a, b, out);
 }
 
+// One tensor info: name, dimensions (each > 0, their product within 64
+// bits), a known type whose blocks divide the rows, and a data offset on the
+// alignment. Throws with the byte offset of what is wrong.
+TensorInfo read_tensor_info(Cursor& c, uint64_t alignment) {
+    TensorInfo t;
+    t.info_offset = c.offset();
+    t.name = c.read_string("tensor name", kMaxNameBytes);
+    if (t.name.empty()) c.error_at(t.info_offset, "tensor name", "empty, expected a name");
+    const std::string field = fmt::format("tensor '{}'", t.name);
+    const uint64_t at_dims = c.offset();
+    t.n_dims = c.read<uint32_t>(field);
+    if (t.n_dims == 0 || t.n_dims > kMaxDims)
+        c.error_at(at_dims, field, fmt::format("n_dims is {}, expected 1..{}", t.n_dims, kMaxDims));
+    uint64_t n_elements = 1;
+    for (uint32_t d = 0; d < t.n_dims; ++d) {
+        const uint64_t at_dim = c.offset();
+        const auto ne = c.read<uint64_t>(field);
+        if (ne == 0 || ne > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+            c.error_at(
+                at_dim, field,
+                fmt::format("dimension {} is {}, expected > 0", d, static_cast<int64_t>(ne)));
+        if (mul_overflows(n_elements, ne, &n_elements) ||
+            n_elements > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+            c.error_at(at_dim, field, "element count overflows 64 bits");
+        t.ne[d] = static_cast<int64_t>(ne);
+    }
+    t.n_elements = n_elements;
+    const uint64_t at_type = c.offset();
+    const auto type_id = c.read<uint32_t>(field);
+    const auto type = tensor_type_from_id(type_id);
+    if (!type)
+        c.error_at(at_type, field,
+                   fmt::format("tensor type {} is unknown, expected a ggml type id", type_id));
+    t.type = *type;
+    const auto& tt = traits(t.type);
+    if (static_cast<uint64_t>(t.ne[0]) % tt.block_size != 0)
+        c.error_at(at_dims, field,
+                   fmt::format("row length {} is not a multiple of {}'s block size {}", t.ne[0],
+                               tt.name, tt.block_size));
+    const uint64_t row = static_cast<uint64_t>(t.ne[0]) / tt.block_size * tt.block_bytes;
+    if (mul_overflows(row, n_elements / static_cast<uint64_t>(t.ne[0]), &t.size_bytes))
+        c.error_at(at_dims, field, "byte size overflows 64 bits");
+    const uint64_t at_offset = c.offset();
+    t.offset = c.read<uint64_t>(field);
+    if (t.offset % alignment != 0)
+        c.error_at(at_offset, field,
+                   fmt::format("data offset {} is not a multiple of the alignment {}", t.offset,
+                               alignment));
+    return t;
+}
+
+// Points each tensor at its data, checking that it lies inside the data
+// section and that no two overlap.
+void place_tensor_data(Cursor& c, std::vector<TensorInfo>& tensors, const uint8_t* data,
+                       uint64_t data_size) {
+    std::vector<const TensorInfo*> by_offset;
+    by_offset.reserve(tensors.size());
+    for (auto& t : tensors) {
+        if (t.offset > data_size || t.size_bytes > data_size - t.offset)
+            c.error_at(t.info_offset, fmt::format("tensor '{}'", t.name),
+                       fmt::format("data [{}, +{}) lies outside the {}-byte data section "
+                                   "(file truncated?)",
+                                   t.offset, t.size_bytes, data_size));
+        t.data = data + t.offset;
+        by_offset.push_back(&t);
+    }
+    std::sort(by_offset.begin(), by_offset.end(),
+              [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
+    for (size_t i = 1; i < by_offset.size(); ++i) {
+        const TensorInfo& prev = *by_offset[i - 1];
+        const TensorInfo& cur = *by_offset[i];
+        if (cur.offset < prev.offset + prev.size_bytes)
+            c.error_at(cur.info_offset, fmt::format("tensor '{}'", cur.name),
+                       fmt::format("data at offset {} overlaps tensor '{}' [{}, +{})", cur.offset,
+                                   prev.name, prev.offset, prev.size_bytes));
+    }
+}
+
 }  // namespace
 
 GgufFile GgufFile::open(const std::string& path) {
@@ -254,53 +332,10 @@ void GgufFile::parse_all() {
 
     tensors_.reserve(n_tensors);
     for (uint64_t i = 0; i < n_tensors; ++i) {
-        TensorInfo t;
-        t.info_offset = c.offset();
-        t.name = c.read_string("tensor name", kMaxNameBytes);
-        if (t.name.empty()) c.error_at(t.info_offset, "tensor name", "empty, expected a name");
-        const std::string field = fmt::format("tensor '{}'", t.name);
-        const uint64_t at_dims = c.offset();
-        t.n_dims = c.read<uint32_t>(field);
-        if (t.n_dims == 0 || t.n_dims > kMaxDims)
-            c.error_at(at_dims, field,
-                       fmt::format("n_dims is {}, expected 1..{}", t.n_dims, kMaxDims));
-        uint64_t n_elements = 1;
-        for (uint32_t d = 0; d < t.n_dims; ++d) {
-            const uint64_t at_dim = c.offset();
-            const auto ne = c.read<uint64_t>(field);
-            if (ne == 0 || ne > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-                c.error_at(
-                    at_dim, field,
-                    fmt::format("dimension {} is {}, expected > 0", d, static_cast<int64_t>(ne)));
-            if (mul_overflows(n_elements, ne, &n_elements) ||
-                n_elements > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-                c.error_at(at_dim, field, "element count overflows 64 bits");
-            t.ne[d] = static_cast<int64_t>(ne);
-        }
-        t.n_elements = n_elements;
-        const uint64_t at_type = c.offset();
-        const auto type_id = c.read<uint32_t>(field);
-        const auto type = tensor_type_from_id(type_id);
-        if (!type)
-            c.error_at(at_type, field,
-                       fmt::format("tensor type {} is unknown, expected a ggml type id", type_id));
-        t.type = *type;
-        const auto& tt = traits(t.type);
-        if (static_cast<uint64_t>(t.ne[0]) % tt.block_size != 0)
-            c.error_at(at_dims, field,
-                       fmt::format("row length {} is not a multiple of {}'s block size {}", t.ne[0],
-                                   tt.name, tt.block_size));
-        const uint64_t row = static_cast<uint64_t>(t.ne[0]) / tt.block_size * tt.block_bytes;
-        if (mul_overflows(row, n_elements / static_cast<uint64_t>(t.ne[0]), &t.size_bytes))
-            c.error_at(at_dims, field, "byte size overflows 64 bits");
-        const uint64_t at_offset = c.offset();
-        t.offset = c.read<uint64_t>(field);
-        if (t.offset % alignment_ != 0)
-            c.error_at(at_offset, field,
-                       fmt::format("data offset {} is not a multiple of the alignment {}", t.offset,
-                                   alignment_));
+        const TensorInfo t = read_tensor_info(c, alignment_);
         if (!tensor_index_.emplace(t.name, tensors_.size()).second)
-            c.error_at(t.info_offset, field, "duplicate tensor name, expected each name once");
+            c.error_at(t.info_offset, fmt::format("tensor '{}'", t.name),
+                       "duplicate tensor name, expected each name once");
         tensors_.push_back(t);
     }
 
@@ -313,27 +348,7 @@ void GgufFile::parse_all() {
             fmt::format("starts at {} but the file is only {} bytes", data_offset_, bytes_.size()));
     const uint64_t data_size = bytes_.size() > data_offset_ ? bytes_.size() - data_offset_ : 0;
 
-    std::vector<const TensorInfo*> by_offset;
-    by_offset.reserve(tensors_.size());
-    for (auto& t : tensors_) {
-        if (t.offset > data_size || t.size_bytes > data_size - t.offset)
-            c.error_at(t.info_offset, fmt::format("tensor '{}'", t.name),
-                       fmt::format("data [{}, +{}) lies outside the {}-byte data section "
-                                   "(file truncated?)",
-                                   t.offset, t.size_bytes, data_size));
-        t.data = bytes_.data() + data_offset_ + t.offset;
-        by_offset.push_back(&t);
-    }
-    std::sort(by_offset.begin(), by_offset.end(),
-              [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
-    for (size_t i = 1; i < by_offset.size(); ++i) {
-        const TensorInfo& prev = *by_offset[i - 1];
-        const TensorInfo& cur = *by_offset[i];
-        if (cur.offset < prev.offset + prev.size_bytes)
-            c.error_at(cur.info_offset, fmt::format("tensor '{}'", cur.name),
-                       fmt::format("data at offset {} overlaps tensor '{}' [{}, +{})", cur.offset,
-                                   prev.name, prev.offset, prev.size_bytes));
-    }
+    place_tensor_data(c, tensors_, bytes_.data() + data_offset_, data_size);
 
     if (!has("general.architecture"))
         fail(

@@ -85,6 +85,9 @@ struct HttpServer::Impl {
     const ServedModel* ready() const { return model.load(std::memory_order_acquire); }
 
     void routes();
+    void read_routes();        // GET: health, models, memory, the live page, metrics, routers'
+    void generation_routes();  // POST: tokenize, detokenize, completions
+    void error_handlers();     // errors, exceptions and the request log
     httplib::Server::HandlerResponse pre_route(const httplib::Request& req, httplib::Response& res);
     void post_generation(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
                          const httplib::ContentReader& reader);
@@ -280,6 +283,12 @@ void HttpServer::Impl::routes() {
         return pre_route(req, res);
     });
 
+    read_routes();
+    generation_routes();
+    error_handlers();
+}
+
+void HttpServer::Impl::read_routes() {
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
         const char* status = draining.load() ? "draining" : ready() ? "ok" : "loading";
         res.status = draining.load() || !ready() ? 503 : 200;
@@ -353,6 +362,9 @@ void HttpServer::Impl::routes() {
     http.Get("/get_load", [this](const httplib::Request&, httplib::Response& res) {
         res.set_content(dump(load_json(*ready(), n_in_flight.load())), "application/json");
     });
+}
+
+void HttpServer::Impl::generation_routes() {
     http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res,
                                   const httplib::ContentReader& reader) {
         std::string body;
@@ -371,7 +383,9 @@ void HttpServer::Impl::routes() {
                                         const httplib::ContentReader& reader) {
         post_generation(Endpoint::Completion, req, res, reader);
     });
+}
 
+void HttpServer::Impl::error_handlers() {
     // Responses httplib makes itself (404 for an unknown route, 400 for a
     // request it cannot parse, 414, 413) get OpenAI's error JSON too.
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {

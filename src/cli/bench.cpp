@@ -380,6 +380,7 @@ void run_bench(const Opts& o) {
                                      r + 1, before, after);
         }
     }
+    const Stats tgs = stats(tg);
     const BenchOutcome r{pp,
                          tg,
                          bw,
@@ -393,9 +394,9 @@ void run_bench(const Opts& o) {
                          stats(bw).mean,
                          cpu ? cpu->pool().n_threads() : 0,
                          stats(pp),
-                         stats(tg),
+                         tgs,
                          stats(frac),
-                         stats(tg).mean * step_bytes / 1e9};
+                         tgs.mean * step_bytes / 1e9};
     if (o.json)
         print_bench_json(o, inst, r);
     else

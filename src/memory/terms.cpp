@@ -150,8 +150,8 @@ ModelDesc describe_gguf(const gguf::GgufFile& file) {
     for (const auto& t : file.tensors()) {
         m.weight_bytes += t.size_bytes;
         const uint64_t on_device = t.n_dims == 1 ? t.n_elements * 4 : t.size_bytes;
-        m.device_weight_bytes += kernels::device_weight_slot(on_device);
         const uint64_t slot = kernels::device_weight_slot(on_device);
+        m.device_weight_bytes += slot;
         m.largest_device_tensor_bytes = std::max(m.largest_device_tensor_bytes, slot);
         if (!is_expert_tensor(t.name))
             m.largest_dense_device_tensor_bytes =
@@ -176,14 +176,14 @@ ModelDesc describe_gguf(const gguf::GgufFile& file) {
                 if (layer < m.hp.n_layer) part = &m.layer_parts[layer];
                 if (layer < m.layer_expert_parts.size() && is_expert_tensor(t.name)) {
                     m.layer_expert_parts[layer].host += on_host;
-                    m.layer_expert_parts[layer].device += kernels::device_weight_slot(on_device);
+                    m.layer_expert_parts[layer].device += slot;
                 }
                 break;
             case TensorRole::Other:
                 break;
         }
         part->host += on_host;
-        part->device += kernels::device_weight_slot(on_device);
+        part->device += slot;
         m.n_params += t.n_elements;
         if (t.n_dims > 1) by_type[t.type] += t.size_bytes;
         if (t.name.starts_with("blk.")) {

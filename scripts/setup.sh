@@ -53,6 +53,8 @@ if ! cmp -s scripts/requirements-test.txt "$venv/.requirements" 2>/dev/null; the
 fi
 
 # ---- build -----------------------------------------------------------------
+step "fetching xgrammar (constrained decoding)"
+scripts/fetch-xgrammar.sh
 step "building (release)"
 cmake --preset release -DHEADROOM_PYTHON="$venv/bin/python" >/dev/null
 cmake --build --preset release -j "$(nproc)"

@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "engine/engine.h"
+#include "engine/grammar.h"
 #include "memory/report.h"
 #include "server/http-server.h"
 #include "tokenizer/chat-template.h"
@@ -161,6 +162,8 @@ void serve(ServeOptions& o) {
     served.metrics = &metrics;
     served.tokenizer = &inst.tokenizer();
     served.chat_template = &chat_template;
+    const GrammarCompiler grammars(inst.tokenizer(), kGrammarCacheBytes);
+    served.grammars = &grammars;
     served.ledgers = inst.backend().ledgers();
     served.backend = inst.backend().name();
     served.max_model_len = runner.plan().config.max_model_len;

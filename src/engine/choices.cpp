@@ -17,6 +17,7 @@ void Engine::fan_out(Request& r, std::span<float> logits) {
         Request::Candidate& c = r.cands_[i];
         c.seq.tokens.assign(lead.seq.tokens.begin(), lead.seq.tokens.end());
         scheduler_.fork(&lead.seq, &c.seq);
+        if (lead.grammar) c.grammar = lead.grammar->fork();
         c.live = true;
     }
     row_copy_.assign(logits.begin(), logits.end());  // penalties change the row in place

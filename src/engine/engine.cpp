@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <future>
 
 #include "core/check.h"
 #include "engine/stop-strings.h"
@@ -58,6 +59,10 @@ std::shared_ptr<Request> Engine::submit(GenerateRequest request, std::string* er
             return refuse(
                 fmt::format("beam_width ({}) must be at least n ({})", width, request.choices.n));
         if (!p.stop.empty()) return refuse("stop strings are not supported with beam search");
+        if (request.grammar)
+            return refuse(
+                "beam search does not follow a grammar (response_format, structured outputs, "
+                "tools); use n or best_of");
         if (p.logprobs || p.n_logprobs) return refuse("logprobs are not returned with beam search");
         if (!(request.choices.length_penalty >= -10.0f && request.choices.length_penalty <= 10.0f))
             return refuse("length_penalty must be between -10 and 10");
@@ -105,6 +110,9 @@ std::shared_ptr<Request> Engine::submit(GenerateRequest request, std::string* er
             c.sampler = std::make_unique<Sampler>(sp);
             c.decoder = std::make_unique<StreamDecoder>(tokenizer_, request.render_special);
             c.text.reserve(64);
+            // The leader walks the grammar from its start; the others fork its state.
+            if (request.grammar && i == 0)
+                c.grammar = std::make_unique<GrammarState>(request.grammar);
         } else {
             c.next.reserve(2 * n_candidates);
         }
@@ -229,7 +237,13 @@ void Engine::run_step(const SchedulerOutput& out) {
 
     for (const ScheduledSeq& s : out.seqs)
         if (s.seq->group && s.seq->group->seqs[0] == s.seq) count_sharing(*by_seq_.at(s.seq));
+    // A constrained sequence's mask depends only on the tokens it accepted:
+    // it is filled on another thread while the forward pass runs.
+    std::future<void> masking;
+    if (fill_masks_wanted(out))
+        masking = std::async(std::launch::async, [this, &out] { fill_masks(out); });
     float* logits = runner_.forward(batch_);
+    if (masking.valid()) masking.get();
     // Publish filled blocks first, so forks and finished prompts find them cached.
     for (const ScheduledSeq& s : out.seqs)
         runner_.cache().publish_full_blocks(s.seq->kv, s.seq->tokens);
@@ -243,6 +257,7 @@ void Engine::run_step(const SchedulerOutput& out) {
         Request::Candidate& c = r.cands_[s.seq->index];
         const std::span<float> l(logits + row * static_cast<size_t>(n_vocab),
                                  static_cast<size_t>(n_vocab));
+        if (c.grammar) apply_mask(l, mask_row(row));
         ++row;
         if (r.beam_) {
             rank_continuations(r, c, l);
@@ -263,14 +278,47 @@ void Engine::run_step(const SchedulerOutput& out) {
     for (auto [r, i] : finished_this_step_) close_choice(*r, r->cands_[i], r->cands_[i].finish);
 }
 
+bool Engine::fill_masks_wanted(const SchedulerOutput& out) const {
+    for (const ScheduledSeq& s : out.seqs)
+        if (s.sample && by_seq_.at(s.seq)->cands_[s.seq->index].grammar) return true;
+    return false;
+}
+
+std::span<uint32_t> Engine::mask_row(size_t row) {
+    const size_t words = mask_words(tokenizer_.n_vocab());
+    return {masks_.data() + row * words, words};
+}
+
+void Engine::fill_masks(const SchedulerOutput& out) {
+    const size_t words = mask_words(tokenizer_.n_vocab());
+    size_t n_rows = 0;
+    for (const ScheduledSeq& s : out.seqs) n_rows += s.sample;
+    if (masks_.size() < n_rows * words) masks_.resize(n_rows * words);
+    size_t row = 0;
+    for (const ScheduledSeq& s : out.seqs) {
+        if (!s.sample) continue;
+        Request::Candidate& c = by_seq_.at(s.seq)->cands_[s.seq->index];
+        if (c.grammar) {
+            const auto t0 = Clock::now();
+            c.grammar->fill_mask(mask_row(row));
+            metrics_.grammar_mask_s.observe(
+                std::chrono::duration<double>(Clock::now() - t0).count());
+        }
+        ++row;
+    }
+}
+
 void Engine::sample_into(Request& r, Request::Candidate& c, std::span<float> logits) {
     Sequence& seq = c.seq;
+    for (const auto& [token, bias] : r.params_.logit_bias)
+        if (token >= 0 && static_cast<size_t>(token) < logits.size()) logits[token] += bias;
     const std::span<const int32_t> prompt(seq.tokens.data(), seq.n_prompt);
     const std::span<const int32_t> output(seq.tokens.data() + seq.n_prompt, seq.n_output());
     const SampleResult res = c.sampler->sample(
         logits, prompt, output, reinterpret_cast<uint8_t*>(runner_.sampler_scratch()));
     seq.tokens.push_back(res.token);
     c.cum_logprob += res.logprob;
+    if (c.grammar) c.grammar->accept(res.token);
     emit_token(r, c, res);
 }
 
@@ -313,6 +361,10 @@ void Engine::emit_token(Request& r, Request::Candidate& c, const SampleResult& s
             c.n_emitted = 0;
         }
     }
+    // A grammar that reached its end allows nothing more (its stop token was
+    // sampled, or it ended with ignore_eos set).
+    if (reason == FinishReason::None && c.grammar && c.grammar->terminated())
+        reason = FinishReason::Stop;
     if (reason == FinishReason::None && c.seq.tokens.size() >= c.seq.max_total)
         reason = FinishReason::Length;
     if (r.hold_)

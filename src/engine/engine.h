@@ -63,6 +63,11 @@ class Engine {
   private:
     void drain_inbox();
     void run_step(const SchedulerOutput& out);
+    // Constrained decoding: whether a sampling row of `out` has a grammar;
+    // fills those rows' masks (one per sampling row, in batch order).
+    bool fill_masks_wanted(const SchedulerOutput& out) const;
+    void fill_masks(const SchedulerOutput& out);
+    std::span<uint32_t> mask_row(size_t row);
     // Samples candidate c from its logits row and emits the token.
     void sample_into(Request& r, Request::Candidate& c, std::span<float> logits);
     // After the prompt: forks every other candidate from the leader and
@@ -103,6 +108,7 @@ class Engine {
     std::vector<std::pair<Request*, uint32_t>> finished_this_step_;  // (request, candidate)
     std::vector<Request*> beam_requests_;  // beam requests that sampled this step
     std::vector<float> row_copy_;          // one logits row, for fan_out
+    std::vector<uint32_t> masks_;          // grammar masks, one row per sampling row
     std::vector<int32_t> block_scratch_;   // count_sharing
 
     mutable std::mutex inbox_mu_;

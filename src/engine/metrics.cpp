@@ -64,9 +64,16 @@ std::vector<double> latency_buckets() {
     return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,   0.3,   0.4,  0.5,
             0.75,  1.0,    2.5,   5.0,  7.5,   10.0, 20.0,  40.0, 80.0, 160.0, 320.0, 640.0};
 }
+// A token mask takes microseconds to milliseconds.
+std::vector<double> mask_buckets() {
+    return {1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1};
+}
 }  // namespace
 
 EngineMetrics::EngineMetrics()
-    : ttft_s(latency_buckets()), itl_s(latency_buckets()), e2e_s(latency_buckets()) {}
+    : ttft_s(latency_buckets()),
+      itl_s(latency_buckets()),
+      e2e_s(latency_buckets()),
+      grammar_mask_s(mask_buckets()) {}
 
 }  // namespace headroom

@@ -82,6 +82,7 @@ struct EngineMetrics {
     Histogram ttft_s;                                 // time to first token
     Histogram itl_s;                                  // inter-token latency
     Histogram e2e_s;                                  // request latency
+    Histogram grammar_mask_s;                         // one constrained sequence's token mask
 };
 
 }  // namespace headroom

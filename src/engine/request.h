@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/grammar.h"
 #include "engine/metrics.h"
 #include "engine/sampling.h"
 #include "engine/sequence.h"
@@ -25,6 +26,8 @@ struct GenerateRequest {
     SamplingParams params;
     bool render_special = false;  // control tokens in the output render their text
     ChoiceParams choices;         // n, best_of or beam search
+    // The output must follow this grammar (response_format, tools); null: free.
+    std::shared_ptr<const CompiledGrammar> grammar;
 };
 
 // One streamed step of a request's output: of choice `index`. Each choice
@@ -70,6 +73,7 @@ class Request {
         Sequence seq;
         std::unique_ptr<Sampler> sampler;  // samples only
         std::unique_ptr<StreamDecoder> decoder;
+        std::unique_ptr<GrammarState> grammar;  // constrained output only
         std::string text;      // output text not yet sent (held back: it may start a stop string)
         size_t n_emitted = 0;  // bytes of text already sent (0 but at the end)
         double cum_logprob = 0;

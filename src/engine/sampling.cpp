@@ -22,6 +22,10 @@ std::string SamplingParams::validate() const {
     if (!(frequency_penalty >= -2) || frequency_penalty > 2)
         return fmt::format("frequency_penalty {} must be in [-2, 2]", frequency_penalty);
     if (n_logprobs > 20) return fmt::format("top_logprobs {} must be at most 20", n_logprobs);
+    for (const auto& [token, bias] : logit_bias)
+        if (!(bias >= -100) || bias > 100)
+            return fmt::format("logit_bias of token {} is {}; it must be in [-100, 100]", token,
+                               bias);
     return "";
 }
 

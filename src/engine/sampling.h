@@ -34,6 +34,9 @@ struct SamplingParams {
     bool ignore_eos = false;
     uint32_t n_logprobs = 0;  // top alternatives to report per token (0: none)
     bool logprobs = false;    // report the chosen token's logprob
+    // Added to the logits of these tokens before anything else (OpenAI's
+    // logit_bias: -100 bans a token, 100 all but forces it).
+    std::vector<std::pair<int32_t, float>> logit_bias;
 
     // Returns an error message for out-of-range values, or "".
     std::string validate() const;

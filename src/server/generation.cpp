@@ -21,6 +21,12 @@ void set_error(httplib::Response& res, const ApiError& error) {
 
 namespace {
 
+struct AnswerShape {
+    ToolFormat format = ToolFormat::Generic;
+    bool parse_calls = false;
+    bool think_open = false;
+};
+
 // A seat among --max-queued, given back when the last holder lets go.
 class Seat {
   public:
@@ -41,7 +47,7 @@ class Generation {
   public:
     Generation(const GenerationContext& ctx, const GenerationSpec& spec,
                const Truncation& truncation, std::shared_ptr<Request> request,
-               std::unique_ptr<Seat> seat)
+               std::unique_ptr<Seat> seat, const std::optional<AnswerShape>& shape)
         : ctx_(ctx),
           stream_(spec.stream),
           include_usage_(spec.include_usage),
@@ -60,6 +66,9 @@ class Generation {
         if (spec.logprobs)
             for (auto& c : choices_)
                 c.logprobs.emplace(spec.endpoint, *ctx.model.tokenizer, spec.top_logprobs);
+        if (shape)
+            for (auto& c : choices_)
+                c.answer.emplace(shape->format, shape->parse_calls, shape->think_open);
     }
 
     // One call of the content provider. Returns false to end the response
@@ -114,6 +123,10 @@ class Generation {
   private:
     struct Choice {
         std::string text;  // streaming: not yet sent; else the whole output
+        std::optional<AnswerSplitter> answer;  // reasoning and tool calls split off
+        std::string reasoning;                 // as text
+        std::vector<ToolCall> calls;           // streaming: not yet sent
+        size_t n_calls = 0;                    // calls made, sent or not
         std::optional<LogprobsBuilder> logprobs;
         FinishReason finish = FinishReason::None;
         bool finish_sent = false;
@@ -128,7 +141,12 @@ class Generation {
         Choice& c = choices_[ev.index];
         if (ev.token >= 0 && c.logprobs && !ends_generation(ev.token))
             c.logprobs->add(ev.token, ev.logprob, ev.top_logprobs);
-        c.text += ev.text;
+        if (c.answer) {
+            take(c, c.answer->push(ev.text));
+            if (ev.finish != FinishReason::None) take(c, c.answer->finish());
+        } else {
+            c.text += ev.text;
+        }
         pending_ = ev.index;
         if (ev.finish != FinishReason::None && c.finish == FinishReason::None) {
             c.finish = ev.finish;
@@ -137,11 +155,22 @@ class Generation {
         }
     }
 
+    static void take(Choice& c, AnswerSplitter::Out part) {
+        c.reasoning += part.reasoning;
+        c.text += part.content;
+        c.n_calls += part.calls.size();
+        for (auto& call : part.calls) c.calls.push_back(std::move(call));
+    }
+
     void flush_pending(std::string& out) {
         if (pending_ >= choices_.size()) return;
         const uint32_t i = pending_;
         pending_ = kNone;
         Choice& c = choices_[i];
+        if (!c.reasoning.empty()) {
+            append_chunk(reasoning_chunk(meta_, i, c.reasoning), out);
+            c.reasoning.clear();
+        }
         const bool has_logprobs = c.logprobs && !c.logprobs->empty();
         if (!c.text.empty() || has_logprobs) {
             json lp = has_logprobs ? c.logprobs->take() : json(nullptr);
@@ -149,9 +178,26 @@ class Generation {
                          out);
             c.text.clear();
         }
+        // Each call as OpenAI streams it: its id and name, then its arguments.
+        for (size_t k = 0; k < c.calls.size(); ++k) {
+            const size_t index = c.n_calls - c.calls.size() + k;
+            ToolCall head = c.calls[k];
+            head.arguments.clear();
+            append_chunk(tool_calls_chunk(meta_, i, {head}, index), out);
+            json args = tool_calls_chunk(meta_, i, {c.calls[k]}, index);
+            json& call = args["choices"][0]["delta"]["tool_calls"][0];
+            call.erase("id");
+            call.erase("type");
+            call["function"].erase("name");
+            append_chunk(std::move(args), out);
+        }
+        c.calls.clear();
         if (c.finish != FinishReason::None && !c.finish_sent) {
             c.finish_sent = true;
-            append_chunk(chunk_response(meta_, i, "", false, c.finish, nullptr), out);
+            json chunk = chunk_response(meta_, i, "", false, c.finish, nullptr);
+            if (c.n_calls && c.finish == FinishReason::Stop)
+                chunk["choices"][0]["finish_reason"] = "tool_calls";
+            append_chunk(std::move(chunk), out);
         }
     }
 
@@ -174,6 +220,8 @@ class Generation {
         std::vector<ChoiceOutput> out(choices_.size());
         for (size_t i = 0; i < choices_.size(); ++i) {
             out[i].text = std::move(choices_[i].text);
+            out[i].reasoning = std::move(choices_[i].reasoning);
+            out[i].calls = std::move(choices_[i].calls);
             out[i].finish = choices_[i].finish;
             out[i].logprobs = choices_[i].logprobs ? choices_[i].logprobs->take() : json(nullptr);
         }
@@ -212,6 +260,43 @@ class Generation {
     bool sent_chunk_ = false;
     bool cancelled_ = false;
 };
+
+// The grammar of a request: its response_format or structured output, or
+// the tool grammar of its tool_choice. Compile errors are the client's: 400.
+std::optional<ApiError> compile_grammar(const GenerationSpec& spec, ToolFormat format,
+                                        const GenerationContext& ctx,
+                                        std::shared_ptr<const CompiledGrammar>& out) {
+    std::optional<GrammarSpec> g = spec.grammar;
+    std::string param = spec.grammar_param;
+    if (!g) {
+        g = tool_grammar(format, spec.tools, spec.tool_choice, spec.parallel_tool_calls);
+        param = "tools";
+    }
+    if (!g) return std::nullopt;
+    if (!ctx.model.grammars) return bad_request(param, "this server does not compile grammars");
+    std::string why;
+    out = ctx.model.grammars->compile(*g, &why);
+    if (!out) return bad_request(param, why);
+    return std::nullopt;
+}
+
+// Whether and how a chat answer is split into reasoning, content and calls.
+std::optional<AnswerShape> answer_shape(const GenerationSpec& spec, ToolFormat format,
+                                        const ChatTemplate& tmpl, const Tokenizer& tokenizer,
+                                        const std::vector<int32_t>& prompt) {
+    if (spec.endpoint != Endpoint::Chat) return std::nullopt;
+    const bool calls = spec.tool_choice.mode != ToolChoiceMode::None;
+    const bool think = tmpl.text().find("<think>") != std::string::npos ||
+                       tmpl.text().find("</think>") != std::string::npos;
+    if (!calls && !think && format != ToolFormat::Harmony) return std::nullopt;
+    // Did the template open a <think> block at the end of the prompt?
+    const size_t tail = std::min<size_t>(prompt.size(), 8);
+    const std::string end = tokenizer.decode(
+        std::span<const int32_t>(prompt.data() + prompt.size() - tail, tail), true);
+    const size_t last = end.find_last_not_of(" \n");
+    const bool think_open = last != std::string::npos && end.substr(0, last + 1).ends_with("<think>");
+    return AnswerShape{format, calls, think_open};
+}
 
 ApiError queue_full(const ServeConfig& config) {
     ApiError e;
@@ -268,12 +353,21 @@ void handle(Endpoint endpoint, const std::string& body, const GenerationContext&
     if (auto e = build_prompt(spec, *ctx.model.chat_template, *ctx.model.tokenizer, limits, prompt))
         return set_error(res, *e);
 
+    const ToolFormat format = detect_tool_format(ctx.model.chat_template->text());
+    std::shared_ptr<const CompiledGrammar> grammar;
+    if (auto e = compile_grammar(spec, format, ctx, grammar)) return set_error(res, *e);
+    const std::optional<AnswerShape> shape = answer_shape(spec, format, *ctx.model.chat_template,
+                                                          *ctx.model.tokenizer, prompt.tokens);
+
     const auto n_prompt = static_cast<uint32_t>(prompt.tokens.size());
     spec.sampling.max_tokens = spec.max_tokens.value_or(ctx.model.max_model_len - n_prompt);
     GenerateRequest request;
     request.prompt = std::move(prompt.tokens);
     request.params = spec.sampling;
     request.choices = spec.choices;
+    request.grammar = std::move(grammar);
+    // Harmony's channels are control tokens: the splitter reads them.
+    request.render_special = shape && format == ToolFormat::Harmony;
     std::string why;
     auto submitted = ctx.model.engine->submit(std::move(request), &why);
     if (!submitted) {
@@ -285,7 +379,7 @@ void handle(Endpoint endpoint, const std::string& body, const GenerationContext&
         res.set_header("X-Headroom-Dropped-Prompt-Tokens",
                        std::to_string(prompt.truncation.n_dropped_tokens));
     auto gen = std::make_shared<Generation>(ctx, spec, prompt.truncation, std::move(submitted),
-                                            std::move(seat));
+                                            std::move(seat), shape);
     if (spec.stream) res.set_header("Cache-Control", "no-cache");
     res.status = 200;
     res.set_chunked_content_provider(

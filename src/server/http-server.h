@@ -35,6 +35,7 @@
 
 #include "core/ledger.h"
 #include "engine/engine.h"
+#include "engine/grammar.h"
 #include "server/metrics-text.h"
 #include "tokenizer/chat-template.h"
 
@@ -60,6 +61,8 @@ struct ServedModel {
     const EngineMetrics* metrics = nullptr;
     const Tokenizer* tokenizer = nullptr;
     const ChatTemplate* chat_template = nullptr;
+    // Compiles response_format schemas and tool grammars; null: refused.
+    const GrammarCompiler* grammars = nullptr;
     std::vector<const Ledger*> ledgers;  // one per device (Backend::ledgers())
     std::string backend;                 // its name, for /v1/memory's traffic
     // memory_report_json() taken before the engine started; /v1/memory

@@ -198,6 +198,9 @@ std::string prometheus_text(const MetricsSnapshot& s) {
     x.histogram("headroom_inter_token_latency_seconds", "Between consecutive tokens of a request",
                 m.itl_s);
     x.histogram("headroom_e2e_request_latency_seconds", "From arrival to finish", m.e2e_s);
+    x.histogram("headroom_grammar_mask_seconds",
+                "Computing one constrained sequence's token mask (overlaps the forward pass)",
+                m.grammar_mask_s);
 
     x.family("headroom_requests_finished_total", "counter", "Requests finished, by finish reason");
     for (FinishReason r :

@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
+#include <cctype>
 #include <chrono>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -151,6 +155,62 @@ Error read_content(const json& content, const std::string& param, std::string& o
     return std::nullopt;
 }
 
+// What a message says about tools: an assistant's tool_calls (arguments
+// handed to the template as objects, as transformers does), a tool result's
+// tool_call_id, a name.
+Error read_tool_fields(const json& m, const std::string& param, bool has_content,
+                       ChatMessage& msg) {
+    if (const json* calls = find(m, "tool_calls")) {
+        if (msg.role != "assistant")
+            return bad_request(param + ".tool_calls", "only assistant messages have tool_calls");
+        if (!calls->is_array()) return wrong_type(param + ".tool_calls", "an array", *calls);
+        nlohmann::ordered_json list = nlohmann::ordered_json::array();
+        for (size_t i = 0; i < calls->size(); ++i) {
+            const json& c = (*calls)[i];
+            const std::string cp = fmt::format("{}.tool_calls[{}]", param, i);
+            if (!c.is_object()) return wrong_type(cp, "a tool call object", c);
+            const json* fn = find(c, "function");
+            if (!fn || !fn->is_object())
+                return bad_request(cp + ".function", "required, and must be an object");
+            const json* name = find(*fn, "name");
+            if (!name || !name->is_string())
+                return bad_request(cp + ".function.name", "required, and must be a string");
+            nlohmann::ordered_json args = nlohmann::ordered_json::object();
+            if (const json* a = find(*fn, "arguments")) {
+                if (a->is_string()) {
+                    args = nlohmann::ordered_json::parse(a->get<std::string>(), nullptr, false);
+                    if (args.is_discarded() || !args.is_object())
+                        return bad_request(cp + ".function.arguments",
+                                           "must be the text of a JSON object");
+                } else if (a->is_object()) {
+                    args = nlohmann::ordered_json::parse(dump(*a));
+                } else {
+                    return wrong_type(cp + ".function.arguments", "a string", *a);
+                }
+            }
+            nlohmann::ordered_json call = nlohmann::ordered_json::object();
+            if (const json* id = find(c, "id"); id && id->is_string()) call["id"] = *id;
+            call["type"] = "function";
+            call["function"] = {{"name", name->get<std::string>()}, {"arguments", args}};
+            list.push_back(std::move(call));
+        }
+        msg.fields["tool_calls"] = std::move(list);
+        if (!has_content) msg.fields["content"] = nullptr;
+    }
+    if (msg.role == "tool") {
+        const json* id = find(m, "tool_call_id");
+        if (!id || !id->is_string())
+            return bad_request(param + ".tool_call_id",
+                               "required in a tool message, and must be a string");
+        msg.fields["tool_call_id"] = id->get<std::string>();
+    }
+    if (const json* name = find(m, "name")) {
+        if (!name->is_string()) return wrong_type(param + ".name", "a string", *name);
+        msg.fields["name"] = name->get<std::string>();
+    }
+    return std::nullopt;
+}
+
 Error read_messages(const json& body, std::vector<ChatMessage>& out) {
     const json* messages = find(body, "messages");
     if (!messages) return bad_request("messages", "required, but missing");
@@ -180,6 +240,7 @@ Error read_messages(const json& body, std::vector<ChatMessage>& out) {
             // An assistant turn that only called tools has no content.
             return bad_request(param + ".content", "required, but missing");
         }
+        if (auto e = read_tool_fields(m, param, content != nullptr, msg)) return e;
         out.push_back(std::move(msg));
     }
     return std::nullopt;
@@ -295,14 +356,25 @@ Error read_sampling(const json& body, GenerationSpec& spec) {
     }
     if (const json* bias = find(body, "logit_bias")) {
         if (!bias->is_object()) return wrong_type("logit_bias", "an object", *bias);
-        if (!bias->empty()) return unsupported("logit_bias", "logit_bias");
+        if (bias->size() > 1024)
+            return bad_request("logit_bias", fmt::format("at most 1024 tokens, got {}", bias->size()));
+        for (const auto& [key, value] : bias->items()) {
+            const std::string param = fmt::format("logit_bias.{}", key);
+            int64_t token = -1;
+            const auto [end, ec] =
+                std::from_chars(key.data(), key.data() + key.size(), token);
+            if (ec != std::errc() || end != key.data() + key.size() || token < 0 ||
+                token > std::numeric_limits<int32_t>::max())
+                return bad_request(param, "keys must be token ids (decimal integers)");
+            if (!value.is_number()) return wrong_type(param, "a number", value);
+            p.logit_bias.emplace_back(static_cast<int32_t>(token),
+                                      static_cast<float>(value.get<double>()));
+        }
     }
     if (const json* format = find(body, "response_format")) {
         if (!format->is_object()) return wrong_type("response_format", "an object", *format);
         const json* type = find(*format, "type");
-        if (type && (!type->is_string() || type->get<std::string>() != "text"))
-            return unsupported("response_format.type",
-                               fmt::format("response_format type {}", dump(*type)));
+        (void)type;
     }
     if (auto e = read_bool(body, "stream", spec.stream)) return e;
     if (spec.stream && !spec.choices.beam_search && spec.choices.best_of > spec.choices.n)
@@ -317,6 +389,230 @@ Error read_sampling(const json& body, GenerationSpec& spec) {
                 return wrong_type("stream_options.include_usage", "a boolean", *usage);
             spec.include_usage = usage->get<bool>();
         }
+    }
+    return std::nullopt;
+}
+
+// ---- Structured outputs and tools ----------------------------------------------
+
+// A JSON schema given as an object (or as its text, as guided_json allows).
+Error read_schema(const json& v, const std::string& param, std::string& out) {
+    if (v.is_object() || v.is_boolean()) {
+        out = dump(v);
+        return std::nullopt;
+    }
+    if (v.is_string()) {
+        const json parsed = json::parse(v.get<std::string>(), nullptr, false);
+        if (parsed.is_discarded() || !(parsed.is_object() || parsed.is_boolean()))
+            return bad_request(param, "a schema given as a string must hold a JSON object");
+        out = v.get<std::string>();
+        return std::nullopt;
+    }
+    return wrong_type(param, "a JSON schema object", v);
+}
+
+Error read_choices(const json& v, const std::string& param, std::vector<std::string>& out) {
+    if (!v.is_array() || v.empty()) return wrong_type(param, "a non-empty array of strings", v);
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (!v[i].is_string()) return wrong_type(fmt::format("{}[{}]", param, i), "a string", v[i]);
+        out.push_back(v[i].get<std::string>());
+    }
+    return std::nullopt;
+}
+
+// One constraint of vLLM's structured_outputs or its older guided_* fields.
+Error read_vllm_constraint(const json& v, const std::string& param, const std::string& kind,
+                           GrammarSpec& spec) {
+    if (kind == "json") {
+        spec.kind = GrammarSpec::Kind::JsonSchema;
+        spec.strict = false;
+        return read_schema(v, param, spec.text);
+    }
+    if (kind == "choice") {
+        spec.kind = GrammarSpec::Kind::Choice;
+        return read_choices(v, param, spec.choices);
+    }
+    if (!v.is_string()) return wrong_type(param, "a string", v);
+    spec.text = v.get<std::string>();
+    spec.kind = kind == "regex" ? GrammarSpec::Kind::Regex : GrammarSpec::Kind::Ebnf;
+    return std::nullopt;
+}
+
+Error read_structured_output(const json& body, GenerationSpec& spec) {
+    std::vector<std::pair<std::string, GrammarSpec>> found;  // (field, grammar)
+    if (const json* format = find(body, "response_format")) {
+        const json* type = find(*format, "type");
+        if (!type) return bad_request("response_format.type", "required, but missing");
+        if (!type->is_string()) return wrong_type("response_format.type", "a string", *type);
+        const std::string t = type->get<std::string>();
+        if (t == "json_object") {
+            found.emplace_back("response_format", GrammarSpec{});
+        } else if (t == "json_schema") {
+            const json* js = find(*format, "json_schema");
+            if (!js || !js->is_object())
+                return bad_request("response_format.json_schema",
+                                   "required for type json_schema, and must be an object");
+            GrammarSpec g;
+            g.kind = GrammarSpec::Kind::JsonSchema;
+            g.strict = false;
+            if (auto e = read_bool(*js, "strict", g.strict)) {
+                e->param = "response_format.json_schema.strict";
+                return e;
+            }
+            const json* schema = find(*js, "schema");
+            if (!schema)
+                return bad_request("response_format.json_schema.schema", "required, but missing");
+            if (auto e = read_schema(*schema, "response_format.json_schema.schema", g.text))
+                return e;
+            found.emplace_back("response_format.json_schema.schema", std::move(g));
+        } else if (t != "text") {
+            return bad_request("response_format.type",
+                               fmt::format("'{}' is not one of text, json_object, json_schema", t));
+        }
+    }
+    static constexpr std::array<const char*, 4> kKinds = {"json", "regex", "choice", "grammar"};
+    if (const json* so = find(body, "structured_outputs")) {
+        if (!so->is_object()) return wrong_type("structured_outputs", "an object", *so);
+        for (const char* kind : kKinds) {
+            if (const json* v = find(*so, kind)) {
+                GrammarSpec g;
+                const std::string param = fmt::format("structured_outputs.{}", kind);
+                if (auto e = read_vllm_constraint(*v, param, kind, g)) return e;
+                found.emplace_back(param, std::move(g));
+            }
+        }
+    }
+    for (const char* kind : kKinds) {
+        const std::string field = fmt::format("guided_{}", kind);
+        if (const json* v = find(body, field.c_str())) {
+            GrammarSpec g;
+            if (auto e = read_vllm_constraint(*v, field, kind, g)) return e;
+            found.emplace_back(field, std::move(g));
+        }
+    }
+    if (found.size() > 1)
+        return bad_request(found[1].first, fmt::format("only one output constraint per request; "
+                                                       "{} is already one",
+                                                       found[0].first));
+    if (!found.empty()) {
+        spec.grammar_param = found[0].first;
+        spec.grammar = std::move(found[0].second);
+    }
+    return std::nullopt;
+}
+
+// OpenAI's rule for function names: letters, digits, '_' and '-' (and '.',
+// which some clients use for namespaces), 1 to 64 of them.
+bool valid_tool_name(const std::string& name) {
+    if (name.empty() || name.size() > 64) return false;
+    return std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+    });
+}
+
+Error read_tools(const json& body, GenerationSpec& spec) {
+    if (const json* tools = find(body, "tools")) {
+        if (!tools->is_array()) return wrong_type("tools", "an array of tools", *tools);
+        if (tools->size() > kMaxTools)
+            return bad_request("tools",
+                               fmt::format("at most {} tools, got {}", kMaxTools, tools->size()));
+        for (size_t i = 0; i < tools->size(); ++i) {
+            const json& t = (*tools)[i];
+            const std::string param = fmt::format("tools[{}]", i);
+            if (!t.is_object()) return wrong_type(param, "a tool object", t);
+            const json* type = find(t, "type");
+            if (type && (!type->is_string() || type->get<std::string>() != "function"))
+                return unsupported(param + ".type",
+                                   fmt::format("tool type {} (only 'function')", dump(*type)));
+            const json* fn = find(t, "function");
+            if (!fn || !fn->is_object())
+                return bad_request(param + ".function", "required, and must be an object");
+            Tool tool;
+            const json* name = find(*fn, "name");
+            if (!name || !name->is_string())
+                return bad_request(param + ".function.name", "required, and must be a string");
+            tool.name = name->get<std::string>();
+            if (!valid_tool_name(tool.name))
+                return bad_request(param + ".function.name",
+                                   fmt::format("'{}' is not a valid function name (1 to 64 "
+                                               "letters, digits, '_', '-' or '.')",
+                                               tool.name));
+            for (const Tool& other : spec.tools)
+                if (other.name == tool.name)
+                    return bad_request(param + ".function.name",
+                                       fmt::format("'{}' is declared twice", tool.name));
+            if (auto e = read_string(*fn, "description", tool.description)) {
+                e->param = param + ".function.description";
+                return e;
+            }
+            if (const json* params = find(*fn, "parameters")) {
+                if (!params->is_object())
+                    return wrong_type(param + ".function.parameters", "a JSON schema object",
+                                      *params);
+                if (auto why = unsupported_schema_keyword(*params); !why.empty())
+                    return bad_request(param + ".function.parameters", why);
+                tool.parameters = nlohmann::ordered_json::parse(dump(*params));
+            }
+            if (auto e = read_bool(*fn, "strict", tool.strict)) {
+                e->param = param + ".function.strict";
+                return e;
+            }
+            spec.tools.push_back(std::move(tool));
+        }
+    }
+    if (spec.tools.empty()) spec.tool_choice.mode = ToolChoiceMode::None;
+    if (const json* choice = find(body, "tool_choice")) {
+        if (choice->is_string()) {
+            const std::string c = choice->get<std::string>();
+            if (c == "none") spec.tool_choice.mode = ToolChoiceMode::None;
+            else if (c == "auto") spec.tool_choice.mode = spec.tools.empty() ? ToolChoiceMode::None : ToolChoiceMode::Auto;
+            else if (c == "required") spec.tool_choice.mode = ToolChoiceMode::Required;
+            else
+                return bad_request("tool_choice",
+                                   fmt::format("'{}' is not one of none, auto, required, or a "
+                                               "function object",
+                                               c));
+        } else if (choice->is_object()) {
+            const json* fn = find(*choice, "function");
+            const json* name = fn && fn->is_object() ? find(*fn, "name") : nullptr;
+            if (!name || !name->is_string())
+                return bad_request("tool_choice.function.name", "required, and must be a string");
+            spec.tool_choice.mode = ToolChoiceMode::Named;
+            spec.tool_choice.name = name->get<std::string>();
+            const bool known = std::any_of(spec.tools.begin(), spec.tools.end(), [&](const Tool& t) {
+                return t.name == spec.tool_choice.name;
+            });
+            if (!known)
+                return bad_request("tool_choice.function.name",
+                                   fmt::format("'{}' is not one of the request's tools",
+                                               spec.tool_choice.name));
+        } else {
+            return wrong_type("tool_choice", "a string or a function object", *choice);
+        }
+        if (spec.tools.empty() && spec.tool_choice.mode == ToolChoiceMode::Required)
+            return bad_request("tool_choice", "'required' needs tools, and the request has none");
+    }
+    if (auto e = read_bool(body, "parallel_tool_calls", spec.parallel_tool_calls)) return e;
+    if (spec.grammar && spec.tool_choice.mode != ToolChoiceMode::None)
+        return bad_request(spec.grammar_param,
+                           "an output constraint cannot be combined with tools unless "
+                           "tool_choice is 'none'");
+    return std::nullopt;
+}
+
+Error read_template_kwargs(const json& body, GenerationSpec& spec) {
+    if (const json* kwargs = find(body, "chat_template_kwargs")) {
+        if (!kwargs->is_object())
+            return wrong_type("chat_template_kwargs", "an object", *kwargs);
+        spec.template_kwargs = nlohmann::ordered_json::parse(dump(*kwargs));
+    }
+    if (const json* effort = find(body, "reasoning_effort")) {
+        if (!effort->is_string()) return wrong_type("reasoning_effort", "a string", *effort);
+        const std::string e = effort->get<std::string>();
+        if (e != "minimal" && e != "low" && e != "medium" && e != "high")
+            return bad_request("reasoning_effort",
+                               fmt::format("'{}' is not one of minimal, low, medium, high", e));
+        spec.template_kwargs["reasoning_effort"] = e;
     }
     return std::nullopt;
 }
@@ -404,6 +700,11 @@ std::optional<ApiError> parse_generation_request(std::string_view body, Endpoint
         if (auto e = read_completion_options(j, spec)) return e;
     }
     if (auto e = read_sampling(j, spec)) return e;
+    if (auto e = read_structured_output(j, spec)) return e;
+    if (endpoint == Endpoint::Chat) {
+        if (auto e = read_tools(j, spec)) return e;
+        if (auto e = read_template_kwargs(j, spec)) return e;
+    }
     spec.sampling.logprobs = spec.logprobs;
     spec.sampling.n_logprobs = spec.top_logprobs;
     if (auto why = spec.sampling.validate(); !why.empty()) {
@@ -534,9 +835,16 @@ json completion_response(const ResponseMeta& meta, std::vector<ChoiceOutput> cho
         json choice = {{"index", i},
                        {"logprobs", std::move(c.logprobs)},
                        {"finish_reason", finish_reason_json(c.finish)}};
-        if (meta.endpoint == Endpoint::Chat)
-            choice["message"] = {{"role", "assistant"}, {"content", std::move(c.text)}};
-        else
+        if (meta.endpoint == Endpoint::Chat) {
+            json message = {{"role", "assistant"}, {"content", std::move(c.text)}};
+            if (!c.reasoning.empty()) message["reasoning_content"] = std::move(c.reasoning);
+            if (!c.calls.empty()) {
+                if (message["content"] == "") message["content"] = nullptr;
+                message["tool_calls"] = tool_calls_json(c.calls, 0, true);
+                if (c.finish == FinishReason::Stop) choice["finish_reason"] = "tool_calls";
+            }
+            choice["message"] = std::move(message);
+        } else
             choice["text"] = std::move(c.text);
         list.push_back(std::move(choice));
     }
@@ -544,6 +852,40 @@ json completion_response(const ResponseMeta& meta, std::vector<ChoiceOutput> cho
     out["usage"] = usage_json(usage);
     if (truncation.happened()) out["prompt_truncation"] = truncation_json(truncation);
     return out;
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls, size_t first_index, bool whole) {
+    json list = json::array();
+    for (size_t i = 0; i < calls.size(); ++i) {
+        json call = {{"id", calls[i].id},
+                     {"type", "function"},
+                     {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+        if (!whole) call["index"] = first_index + i;
+        list.push_back(std::move(call));
+    }
+    return list;
+}
+
+namespace {
+json chat_chunk(const ResponseMeta& meta, uint32_t index, json delta) {
+    return {{"id", meta.id},
+            {"object", "chat.completion.chunk"},
+            {"created", meta.created_s},
+            {"model", meta.model},
+            {"choices", json::array({{{"index", index},
+                                      {"delta", std::move(delta)},
+                                      {"logprobs", nullptr},
+                                      {"finish_reason", nullptr}}})}};
+}
+}  // namespace
+
+json tool_calls_chunk(const ResponseMeta& meta, uint32_t index, const std::vector<ToolCall>& calls,
+                      size_t first_index) {
+    return chat_chunk(meta, index, {{"tool_calls", tool_calls_json(calls, first_index, false)}});
+}
+
+json reasoning_chunk(const ResponseMeta& meta, uint32_t index, const std::string& reasoning) {
+    return chat_chunk(meta, index, {{"reasoning_content", reasoning}});
 }
 
 json chunk_response(const ResponseMeta& meta, uint32_t index, const std::string& text, bool first,

@@ -22,8 +22,10 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/grammar.h"
 #include "engine/metrics.h"
 #include "engine/sampling.h"
+#include "server/tool-calls.h"
 #include "tokenizer/chat-template.h"
 
 namespace headroom {
@@ -64,7 +66,18 @@ struct GenerationSpec {
     bool logprobs = false;       // per-token logprobs in the response
     uint32_t top_logprobs = 0;   // alternatives per token
     ChoiceParams choices;        // n, best_of, use_beam_search, beam_width...
+    // response_format json_object / json_schema, structured_outputs or guided_*.
+    std::optional<GrammarSpec> grammar;
+    std::string grammar_param;  // the field it came from, for compile errors
+    std::vector<Tool> tools;
+    ToolChoice tool_choice;  // "auto" by default; "none" without tools
+    bool parallel_tool_calls = true;
+    // chat_template_kwargs, and reasoning_effort: more template variables.
+    nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
 };
+
+// Most tools one request may declare.
+inline constexpr size_t kMaxTools = 128;
 
 // Most choices (n, best_of, beam_width) one request may ask for.
 inline constexpr int64_t kMaxChoices = 128;
@@ -141,6 +154,8 @@ class LogprobsBuilder {
 // One choice of a whole response.
 struct ChoiceOutput {
     std::string text;
+    std::string reasoning;        // chat: reasoning_content ("" : none)
+    std::vector<ToolCall> calls;  // chat: tool_calls (content is null when text is empty)
     FinishReason finish = FinishReason::None;
     nlohmann::json logprobs;  // null if none
 };
@@ -152,6 +167,15 @@ nlohmann::json completion_response(const ResponseMeta& meta, std::vector<ChoiceO
 // delta.content; `first` adds delta.role. `logprobs` may be null.
 nlohmann::json chunk_response(const ResponseMeta& meta, uint32_t index, const std::string& text,
                               bool first, FinishReason finish, nlohmann::json logprobs);
+// OpenAI's tool_calls list; streamed (whole false) entries carry their
+// index among the choice's calls, counting from first_index.
+nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, size_t first_index, bool whole);
+// A streamed chat chunk of choice `index` with delta.tool_calls (each
+// call's id, type and name, and its arguments) or delta.reasoning_content.
+nlohmann::json tool_calls_chunk(const ResponseMeta& meta, uint32_t index,
+                                const std::vector<ToolCall>& calls, size_t first_index);
+nlohmann::json reasoning_chunk(const ResponseMeta& meta, uint32_t index,
+                               const std::string& reasoning);
 // The closing chunk of stream_options.include_usage: no choices, the usage.
 nlohmann::json usage_chunk(const ResponseMeta& meta, const Usage& usage);
 

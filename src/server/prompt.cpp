@@ -72,9 +72,19 @@ std::vector<size_t> turn_starts(const std::vector<ChatMessage>& messages) {
 
 class ChatRenderer {
   public:
-    ChatRenderer(const std::vector<ChatMessage>& messages, const ChatTemplate& tmpl,
-                 const Tokenizer& tokenizer)
-        : messages_(messages), tmpl_(tmpl), tokenizer_(tokenizer), starts_(turn_starts(messages)) {}
+    ChatRenderer(const GenerationSpec& spec, const ChatTemplate& tmpl, const Tokenizer& tokenizer)
+        : messages_(spec.messages),
+          tmpl_(tmpl),
+          tokenizer_(tokenizer),
+          starts_(turn_starts(spec.messages)),
+          format_(detect_tool_format(tmpl.text())) {
+        options_.add_generation_prompt = true;
+        options_.extra_context = spec.template_kwargs;
+        // tool_choice "none" leaves the tools out of the prompt, as vLLM does.
+        if (spec.tool_choice.mode != ToolChoiceMode::None) tools_ = spec.tools;
+        if (!tools_.empty() && format_ != ToolFormat::Generic)
+            options_.extra_context["tools"] = tools_json(tools_);
+    }
 
     size_t n_droppable() const { return starts_.empty() ? 0 : starts_.size() - 1; }
 
@@ -92,7 +102,8 @@ class ChatRenderer {
             kept.push_back(messages_[i]);
         }
         if (n_messages_dropped) *n_messages_dropped = n_dropped;
-        return tokenizer_.encode(tmpl_.apply(kept, true), false, true);
+        kept = messages_for_template(format_, std::move(kept), tools_);
+        return tokenizer_.encode(tmpl_.apply(kept, options_), false, true);
     }
 
   private:
@@ -100,11 +111,14 @@ class ChatRenderer {
     const ChatTemplate& tmpl_;
     const Tokenizer& tokenizer_;
     std::vector<size_t> starts_;
+    ToolFormat format_;
+    std::vector<Tool> tools_;
+    ChatTemplateOptions options_;
 };
 
 std::optional<ApiError> build_chat(const GenerationSpec& spec, const ChatTemplate& tmpl,
                                    const Tokenizer& tokenizer, const PromptLimits& l, Prompt& out) {
-    const ChatRenderer renderer(spec.messages, tmpl, tokenizer);
+    const ChatRenderer renderer(spec, tmpl, tokenizer);
     try {
         out.tokens = renderer.render(0, nullptr);
         if (!needs_truncation(out.tokens.size(), l) || !truncation_on(l) ||

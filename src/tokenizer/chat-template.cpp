@@ -128,6 +128,9 @@ jinja::Value message_value(const ChatMessage& m) {
     auto d = std::make_shared<jinja::DictObject>();
     d->set(jinja::Value::string("role"), jinja::Value::string(m.role));
     d->set(jinja::Value::string("content"), jinja::Value::string(m.content));
+    if (m.fields.is_object())
+        for (const auto& [k, v] : m.fields.items())
+            d->set(jinja::Value::string(k), from_json(v, 1));
     return jinja::Value::dict(std::move(d));
 }
 

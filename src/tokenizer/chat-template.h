@@ -32,6 +32,10 @@ namespace headroom {
 struct ChatMessage {
     std::string role;
     std::string content;
+    // More keys of the message dict (tool_calls, tool_call_id, name); a
+    // "content" here (null for an assistant turn that only called tools)
+    // replaces the one above.
+    nlohmann::ordered_json fields = nlohmann::ordered_json::object();
 };
 
 struct ChatTemplateOptions {

@@ -196,8 +196,82 @@ with Server(["-m", model, "--api-key", KEY, "--max-body", "64KiB", "--max-model-
     check(server, "stream a string", 400, "POST", CHAT, chat(stream="yes"), param="stream")
     check(server, "stream_options a list", 400, "POST", CHAT,
           chat(stream=True, stream_options=[1]), param="stream_options")
-    check(server, "logit_bias", 400, "POST", CHAT, chat(logit_bias={"5": 100}),
-          param="logit_bias")
+    check(server, "logit_bias over 100", 400, "POST", CHAT, chat(logit_bias={"5": 500}),
+          param="logit_bias", contains=["[-100, 100]"])
+    check(server, "logit_bias key not a token id", 400, "POST", CHAT,
+          chat(logit_bias={"abc": 1}), param="logit_bias.abc")
+    check(server, "logit_bias value a string", 400, "POST", CHAT, chat(logit_bias={"5": "x"}),
+          param="logit_bias.5")
+    # ---- Structured outputs and tools: the field and why -------------------------
+    def schema_format(schema):
+        return {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+
+    weather = {"type": "function", "function": {
+        "name": "get_weather", "parameters": {"type": "object",
+                                              "properties": {"city": {"type": "string"}}}}}
+    check(server, "response_format type xml", 400, "POST", CHAT,
+          chat(response_format={"type": "xml"}), param="response_format.type")
+    check(server, "json_schema without schema", 400, "POST", CHAT,
+          chat(response_format={"type": "json_schema", "json_schema": {"name": "x"}}),
+          param="response_format.json_schema.schema")
+    check(server, "schema with an unknown type", 400, "POST", CHAT,
+          chat(response_format=schema_format(
+              {"type": "object", "properties": {"a": {"type": "strnig"}}})),
+          param="response_format.json_schema.schema", contains=["strnig"])
+    check(server, "schema with an unsupported keyword", 400, "POST", CHAT,
+          chat(response_format=schema_format(
+              {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}})),
+          param="response_format.json_schema.schema",
+          contains=["uniqueItems", "#/properties/tags"])
+    check(server, "schema with a dangling $ref", 400, "POST", CHAT,
+          chat(response_format=schema_format({"$ref": "#/$defs/missing"})),
+          param="response_format.json_schema.schema", contains=["missing"])
+    check(server, "EBNF syntax error", 400, "POST", CHAT,
+          chat(guided_grammar='root ::= "a" |\nfoo ::= '), param="guided_grammar",
+          contains=["line 2"])
+    check(server, "regex syntax error", 400, "POST", CHAT, chat(guided_regex="[a-"),
+          param="guided_regex")
+    check(server, "two constraints", 400, "POST", CHAT,
+          chat(response_format={"type": "json_object"}, guided_regex="a+"),
+          param="guided_regex", contains=["only one"])
+    check(server, "guided_choice empty", 400, "POST", CHAT, chat(guided_choice=[]),
+          param="guided_choice")
+    check(server, "beam search with a schema", 400, "POST", CHAT,
+          chat(use_beam_search=True, beam_width=2, response_format={"type": "json_object"}),
+          contains=["beam search"])
+    check(server, "tools not a list", 400, "POST", CHAT, chat(tools={"a": 1}), param="tools")
+    check(server, "tool without a name", 400, "POST", CHAT,
+          chat(tools=[{"type": "function", "function": {}}]), param="tools[0].function.name")
+    check(server, "invalid tool name", 400, "POST", CHAT,
+          chat(tools=[{"type": "function", "function": {"name": "get weather!"}}]),
+          param="tools[0].function.name")
+    check(server, "duplicate tool names", 400, "POST", CHAT, chat(tools=[weather, weather]),
+          param="tools[1].function.name", contains=["twice"])
+    check(server, "tool parameters not an object", 400, "POST", CHAT,
+          chat(tools=[{"type": "function", "function": {"name": "f", "parameters": [1]}}]),
+          param="tools[0].function.parameters")
+    check(server, "tool_choice naming an unknown tool", 400, "POST", CHAT,
+          chat(tools=[weather], tool_choice={"type": "function", "function": {"name": "nope"}}),
+          param="tool_choice.function.name", contains=["nope"])
+    check(server, "tool_choice required without tools", 400, "POST", CHAT,
+          chat(tool_choice="required"), param="tool_choice")
+    check(server, "tool_choice a number", 400, "POST", CHAT, chat(tools=[weather], tool_choice=3),
+          param="tool_choice")
+    check(server, "schema with tools", 400, "POST", CHAT,
+          chat(tools=[weather], response_format={"type": "json_object"}),
+          param="response_format")
+    check(server, "tool message without tool_call_id", 400, "POST", CHAT,
+          chat(messages=[{"role": "user", "content": "hi"}, {"role": "tool", "content": "21"}]),
+          param="messages[1].tool_call_id")
+    check(server, "tool call arguments not JSON", 400, "POST", CHAT,
+          chat(messages=[{"role": "user", "content": "hi"},
+                         {"role": "assistant", "tool_calls": [
+                             {"id": "c1", "type": "function",
+                              "function": {"name": "f", "arguments": "{city: Paris"}}]}]),
+          param="messages[1].tool_calls[0].function.arguments")
+    check(server, "tool_calls on a user message", 400, "POST", CHAT,
+          chat(messages=[{"role": "user", "content": "hi", "tool_calls": []}]),
+          param="messages[0].tool_calls")
     check(server, "no prompt", 400, "POST", COMPLETIONS, {"model": "tiny"}, param="prompt")
     check(server, "token id outside vocabulary", 400, "POST", COMPLETIONS,
           {"prompt": [1, 999999], "max_tokens": 2}, param="prompt", contains=["vocabulary"])

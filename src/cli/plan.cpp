@@ -39,6 +39,7 @@ struct PlanOptions {
     std::string reserve;
     double mem_fraction = 0.9;
     std::string kv_cache_memory;
+    std::string grammar_cache;  // serve's --grammar-cache; empty: none
     uint32_t max_model_len = 0;
     uint32_t max_num_seqs = 1;
     uint32_t max_num_batched_tokens = 0;
@@ -357,6 +358,7 @@ json plan_json(const PlanModel& m, const Device& d, const Plan& p, const Capacit
             {"sequences_bytes", mp.runtime.sequences_bytes},
             {"prefix_index_bytes", mp.runtime.prefix_index_bytes},
             {"thread_stacks_bytes", mp.runtime.thread_stacks_bytes},
+            {"grammar_bytes", mp.runtime.grammar_bytes},
             {"device_context_bytes", mp.runtime.device_context_bytes}}}}},
         {"total_bytes", mp.total_bytes()},
         {"devices", devices_json(mp)},
@@ -649,6 +651,8 @@ PlanSettings plan_settings(const PlanOptions& o, const Device& device, const Pin
     if (s.reserve_bytes >= device.total_bytes)
         fail("--reserve {} leaves nothing of the device's {}", format_bytes(s.reserve_bytes),
              format_bytes(device.total_bytes));
+    if (!o.grammar_cache.empty())
+        s.config.grammar_cache_bytes = parse_bytes_or_throw(o.grammar_cache, "--grammar-cache");
     s.config.max_model_len = o.max_model_len;
     // Each sample or beam of a request takes a sequence seat.
     s.config.max_num_seqs =
@@ -782,6 +786,9 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("--kv-cache-memory", o->kv_cache_memory,
                     "Give the KV cache exactly this much instead")
         ->excludes(mem);
+    cmd->add_option("--grammar-cache", o->grammar_cache,
+                    "Plan serve's compiled-grammar cache of this size (its default: 64MiB) and "
+                    "each sequence's grammar state (default: none, as run has)");
     auto* len = cmd->add_option("--max-model-len", o->max_model_len,
                                 "Longest sequence (default: the trained context)");
     auto* seqs = cmd->add_option("--max-num-seqs", o->max_num_seqs, "Sequences at once")

@@ -37,6 +37,7 @@ struct ServeOptions {
     server::ServeConfig server;
     std::string served_model_name;
     std::string max_body = "1MiB";
+    std::string grammar_cache = "64MiB";
     double shutdown_timeout_s = 30;
     double drain_grace_s = 3;
     bool quiet = false;
@@ -148,6 +149,9 @@ void serve(ServeOptions& o) {
                http.port(), o.engine.model);
 
     InstanceOptions io = instance_options(o.engine, 32);
+    io.settings.config.grammar_cache_bytes = parse_bytes_or_throw(o.grammar_cache, "--grammar-cache");
+    if (io.settings.config.grammar_cache_bytes == 0)
+        fail("--grammar-cache must be more than 0 (it also bounds the largest grammar)");
     io.progress = !o.quiet;
     Instance inst(o.engine.model);
     inst.load(io);
@@ -162,7 +166,7 @@ void serve(ServeOptions& o) {
     served.metrics = &metrics;
     served.tokenizer = &inst.tokenizer();
     served.chat_template = &chat_template;
-    const GrammarCompiler grammars(inst.tokenizer(), kGrammarCacheBytes);
+    const GrammarCompiler grammars(inst.tokenizer(), runner.plan().config.grammar_cache_bytes);
     served.grammars = &grammars;
     served.ledgers = inst.backend().ledgers();
     served.backend = inst.backend().name();
@@ -240,6 +244,10 @@ void add_serve_command(CLI::App& app) {
                     "Require 'Authorization: Bearer KEY' on /v1/* (default: $HEADROOM_API_KEY)");
     cmd->add_option("--served-model-name", o->served_model_name,
                     "Model id in /v1/models and requests (default: the -m name or file stem)");
+    cmd->add_option("--grammar-cache", o->grammar_cache,
+                    "Memory for compiled grammars (response_format schemas, tool calls), counted "
+                    "in the plan's runtime term; a larger grammar is refused with 400")
+        ->capture_default_str();
     cmd->add_option("--max-body", o->max_body, "Largest request body; larger ones get 413")
         ->capture_default_str();
     cmd->add_option("--max-queued", o->server.max_queued,

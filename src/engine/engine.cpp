@@ -27,6 +27,9 @@ Engine::Engine(Runner& runner, const Tokenizer& tokenizer, EngineMetrics& metric
     finished_this_step_.reserve(c.max_num_seqs);
     beam_requests_.reserve(c.max_num_seqs);
     row_copy_.reserve(runner.model().hparams().n_vocab);
+    // Grammar masks, one per sequence that samples in a step (the plan's
+    // runtime term counts them with the grammar cache).
+    if (c.grammar_cache_bytes) masks_.resize(c.max_num_seqs * mask_words(tokenizer.n_vocab()));
     snapshots_.set_waker([this] {
         // Under the inbox lock, so the loop cannot miss it between its check and its wait.
         std::lock_guard lk(inbox_mu_);

@@ -163,7 +163,7 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const GrammarSpe
         if (out->memory_bytes() > cache_bytes_) {
             *error = fmt::format(
                 "the compiled grammar takes {} bytes, more than the grammar cache's {} "
-                "(--grammar-cache-mib)",
+                "(--grammar-cache)",
                 out->memory_bytes(), cache_bytes_);
             return nullptr;
         }
@@ -172,12 +172,6 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const GrammarSpe
         *error = reason_of(e.what());
         return nullptr;
     }
-}
-
-size_t grammar_state_bytes(int32_t n_vocab) {
-    // The mask, and the matcher's stack of Earley states (a few KiB, bounded
-    // by the grammar's depth; counted generously).
-    return mask_words(n_vocab) * sizeof(uint32_t) + 16 * 1024;
 }
 
 void apply_mask(std::span<float> logits, std::span<const uint32_t> mask) {

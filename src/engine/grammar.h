@@ -14,7 +14,7 @@
 //
 // Compiling is the costly part (every grammar state's token set is
 // precomputed), so the GrammarCompiler caches compiled grammars under a byte
-// cap, the runtime term of the plan (memory/terms.h: kGrammarCacheBytes). A
+// cap, part of the plan's runtime term (memory/terms.h: grammar_cache_bytes). A
 // grammar larger than the cap, or one from a text over kMaxGrammarTextBytes,
 // is refused with an error, never an out-of-memory. Compile errors (a schema
 // that does not parse, an unsupported keyword, an EBNF syntax error) come
@@ -57,9 +57,6 @@ struct GrammarSpec {
 // keyword it would ignore (not, if/then/else, uniqueItems, contains...),
 // named with its place in the schema ("uniqueItems at #/properties/tags").
 std::string unsupported_schema_keyword(const nlohmann::json& schema);
-
-// The cache of compiled grammars `serve` keeps (and the largest one grammar).
-inline constexpr size_t kGrammarCacheBytes = size_t{64} << 20;
 
 // Longest schema, regex or grammar text accepted (bytes).
 inline constexpr size_t kMaxGrammarTextBytes = 256 * 1024;
@@ -105,8 +102,6 @@ class GrammarCompiler {
 
 // 32-bit words of a mask over n_vocab tokens: bit t % 32 of word t / 32.
 inline size_t mask_words(int32_t n_vocab) { return (static_cast<size_t>(n_vocab) + 31) / 32; }
-// Bytes one sequence's matcher state and mask take (the plan's per-sequence term).
-size_t grammar_state_bytes(int32_t n_vocab);
 
 // Sets logits[t] = -inf wherever bit t of `mask` is 0.
 void apply_mask(std::span<float> logits, std::span<const uint32_t> mask);

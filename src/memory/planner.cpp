@@ -315,6 +315,11 @@ TermFormulas formulas(const PlanModel& model, const Plan& plan) {
     if (r.thread_stacks_bytes)
         f.runtime += fmt::format(", {} {}", n_of(c.n_threads - 1, "worker stack", "worker stacks"),
                                  format_bytes(r.thread_stacks_bytes));
+    if (r.grammar_bytes)
+        f.runtime += fmt::format(", compiled grammars {} and grammar state of {} {}",
+                                 format_bytes(c.grammar_cache_bytes),
+                                 n_of(c.max_num_seqs, "sequence", "sequences"),
+                                 format_bytes(r.grammar_bytes - c.grammar_cache_bytes));
     if (r.step_view_bytes)
         f.runtime += fmt::format(", step view {}{}", format_bytes(r.step_view_bytes),
                                  r.step_view_device_bytes ? " (and its copy on the device)" : "");

@@ -415,6 +415,9 @@ void size_activations_and_runtime(MemoryPlan& p, const ModelDesc& model, const B
     p.runtime.sequences_bytes = uint64_t{c.max_num_seqs} *
                                 (uint64_t{c.max_model_len} * 4 +
                                  p.kv_groups.size() * div_ceil(c.max_model_len, c.block_size) * 4);
+    if (c.grammar_cache_bytes)
+        p.runtime.grammar_bytes =
+            c.grammar_cache_bytes + uint64_t{c.max_num_seqs} * grammar_state_bytes(hp.n_vocab);
 }
 
 // What the budget holds besides the pool: everything on the CPU; on a GPU,
@@ -424,7 +427,7 @@ uint64_t fixed_bytes_of(const MemoryPlan& p) {
         return p.weights_bytes + p.activations.device_bytes + p.runtime.device_bytes();
     return p.weights_bytes + p.activations_bytes() + p.runtime.thread_stacks_bytes +
            p.runtime.tokenizer_bytes + p.runtime.metadata_bytes + p.runtime.sequences_bytes +
-           p.runtime.step_view_bytes + p.runtime.device_context_bytes;
+           p.runtime.step_view_bytes + p.runtime.device_context_bytes + p.runtime.grammar_bytes;
 }
 
 // Demand: blocks for max_num_seqs sequences of max_model_len (the device's groups).
@@ -666,6 +669,10 @@ MemoryPlan plan_memory(const ModelDesc& model, const EngineConfig& config_in,
         p.refusal = why;
     }
     return p;
+}
+
+uint64_t grammar_state_bytes(uint32_t n_vocab) {
+    return div_ceil(n_vocab, 32) * 4 + kGrammarMatcherBytes;
 }
 
 }  // namespace headroom

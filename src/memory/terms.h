@@ -9,7 +9,8 @@
 //   kv_cache     per layer group: n_blocks × block_size × bytes per token;
 //                sliding-window layers hold at most window + one step
 //   activations  the arena for the largest step (memory/activation-layout.h)
-//   runtime      worker stacks, tokenizer tables, per-sequence bookkeeping
+//   runtime      worker stacks, tokenizer tables, per-sequence bookkeeping,
+//                compiled grammars and each sequence's grammar state
 #pragma once
 
 #include <cstdint>
@@ -109,7 +110,18 @@ struct EngineConfig {
     // ("gpu0"). Off the host, the activation arena's staging part and the
     // runtime but the device context are host memory (device_terms()).
     std::string device = "host";
+    // The cache of compiled grammars (response_format, tools: engine/grammar.h)
+    // and, with it, each sequence's matcher and token mask. 0: no
+    // constrained decoding (run, bench); serve's --grammar-cache.
+    uint64_t grammar_cache_bytes = 0;
 };
+
+// Constrained decoding's per-sequence memory over a vocabulary of n_vocab:
+// the token mask (a bit per token, in 32-bit words) and the matcher's stack
+// of grammar states (bounded by the grammar's depth; counted generously).
+uint64_t grammar_state_bytes(uint32_t n_vocab);
+inline constexpr uint64_t kGrammarMatcherBytes = 16 * 1024;
+inline constexpr uint64_t kDefaultGrammarCacheBytes = uint64_t{64} << 20;
 
 // How much memory the engine may use.
 struct BudgetSpec {
@@ -173,9 +185,12 @@ struct RuntimeBreakdown {
     uint64_t step_view_bytes = 0;         // the largest step view (kernels/step-view.h)
     uint64_t device_context_bytes = 0;    // BudgetSpec::device_context_bytes
     uint64_t step_view_device_bytes = 0;  // a GPU's copy of the step view
+    // Compiled-grammar cache and max_num_seqs matchers and masks.
+    uint64_t grammar_bytes = 0;
     uint64_t total() const {
         return thread_stacks_bytes + tokenizer_bytes + metadata_bytes + sequences_bytes +
-               prefix_index_bytes + step_view_bytes + device_context_bytes + step_view_device_bytes;
+               prefix_index_bytes + step_view_bytes + device_context_bytes +
+               step_view_device_bytes + grammar_bytes;
     }
     // What of it a GPU holds (0 on the CPU).
     uint64_t device_bytes() const { return device_context_bytes + step_view_device_bytes; }

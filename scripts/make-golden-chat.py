@@ -10,7 +10,10 @@ independent of headroom's:
                                        the rendering or the error raised; then
                                        two conversations with each extra
                                        context of tests/data/chat/contexts.json
-                                       (tools, enable_thinking)
+                                       (tools, enable_thinking); then each
+                                       conversation of tool-conversations.json
+                                       (assistant tool_calls, tool results)
+                                       with the tools context
 
 Templates rendered:
   templates/<stem>.jinja   the chat templates of public models shipped with
@@ -189,7 +192,8 @@ def render(template, messages, add_generation_prompt, bos, eos, context=None):
 CONTEXT_CONVERSATIONS = ["user", "system_multi_turn"]
 
 
-def write_golden(name, template, bos, eos, conversations, contexts, extra=None):
+def write_golden(name, template, bos, eos, conversations, contexts, tool_conversations,
+                 extra=None):
     cases = []
     for conv_name, messages in conversations.items():
         for agp in (False, True):
@@ -201,6 +205,10 @@ def write_golden(name, template, bos, eos, conversations, contexts, extra=None):
             case = {"conversation": conv_name, "add_generation_prompt": True, "context": ctx_name}
             case.update(render(template, conversations[conv_name], True, bos, eos, context))
             cases.append(case)
+    for conv_name, messages in tool_conversations.items():
+        case = {"conversation": conv_name, "add_generation_prompt": True, "context": "tools"}
+        case.update(render(template, messages, True, bos, eos, contexts["tools"]))
+        cases.append(case)
     doc = {"name": name, "bos_token": bos, "eos_token": eos}
     doc.update(extra or {})
     doc["cases"] = cases
@@ -215,22 +223,24 @@ def write_golden(name, template, bos, eos, conversations, contexts, extra=None):
 def main():
     conversations = json.loads((DATA / "conversations.json").read_text(encoding="utf-8"))
     contexts = json.loads((DATA / "contexts.json").read_text(encoding="utf-8"))
+    tools = json.loads((DATA / "tool-conversations.json").read_text(encoding="utf-8"))
     (DATA / "golden").mkdir(parents=True, exist_ok=True)
     for path in sorted((MODELS / "llama.cpp" / "templates").glob("*.jinja")):
         bos, eos = special_tokens(path.stem)
         template = path.read_text(encoding="utf-8")
         write_golden(f"templates-{path.stem}", template, bos, eos, conversations, contexts,
-                     {"template": f"llama.cpp/templates/{path.name}"})
+                     tools, {"template": f"llama.cpp/templates/{path.name}"})
     for rel in GGUF_WITH_TEMPLATE:
         template, bos, eos = gguf_info(MODELS / rel)
         stem = pathlib.Path(rel).stem
-        write_golden(f"gguf-{stem}", template, bos, eos, conversations, contexts, {"gguf": rel})
+        write_golden(f"gguf-{stem}", template, bos, eos, conversations, contexts, tools,
+                     {"gguf": rel})
     for rel, builtin in GGUF_BUILTIN:
         template, bos, eos = gguf_info(MODELS / rel)
         assert template is None, f"{rel} has a chat template"
         stem = pathlib.Path(rel).stem
         write_golden(f"builtin-{builtin}-{stem}", BUILTIN[builtin], bos, eos, conversations, contexts,
-                     {"gguf": rel, "builtin": builtin, "template_text": BUILTIN[builtin]})
+                     tools, {"gguf": rel, "builtin": builtin, "template_text": BUILTIN[builtin]})
 
 
 if __name__ == "__main__":

@@ -6,7 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "server/openai-json.h"
+#include "test-util.h"
 
 namespace headroom::server {
 namespace {
@@ -255,6 +259,37 @@ TEST(ToolCalls, GrammarPerChoice) {
     EXPECT_EQ(k["format"]["triggers"][0], "<tool_call>");
     EXPECT_EQ(k["format"]["tags"].size(), 2u);
     EXPECT_EQ(k["format"]["at_least_one"], false);
+}
+
+// A conversation on the wire (arguments as JSON text, as OpenAI sends them)
+// reaches the template as tests/data/chat/tool-conversations.json holds it,
+// the form the golden renderings (jinja2) were made from.
+TEST(ToolCalls, WireMessagesBecomeTheTemplatesDicts) {
+    std::ifstream f(test::data_path("chat/tool-conversations.json"));
+    const auto convs = nlohmann::ordered_json::parse(f);
+    for (const auto& [name, messages] : convs.items()) {
+        SCOPED_TRACE(name);
+        nlohmann::ordered_json wire = messages;
+        for (auto& m : wire)
+            if (m.contains("tool_calls"))
+                for (auto& c : m["tool_calls"])
+                    c["function"]["arguments"] = c["function"]["arguments"].dump();
+        const nlohmann::ordered_json body = {{"messages", wire}};
+        GenerationSpec spec;
+        const auto error = parse_generation_request(body.dump(), Endpoint::Chat, spec);
+        ASSERT_FALSE(error) << error->message;
+        ASSERT_EQ(spec.messages.size(), messages.size());
+        for (size_t i = 0; i < messages.size(); ++i) {
+            nlohmann::ordered_json want = messages[i];
+            want.erase("role");
+            if (want["content"].is_string()) want.erase("content");
+            // Key order aside (content keeps its place in the template's dict).
+            EXPECT_EQ(json::parse(spec.messages[i].fields.dump()), json::parse(want.dump())) << i;
+            EXPECT_EQ(spec.messages[i].content,
+                      messages[i]["content"].is_string() ? messages[i]["content"].get<std::string>()
+                                                         : "");
+        }
+    }
 }
 
 }  // namespace

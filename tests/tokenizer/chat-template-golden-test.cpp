@@ -43,9 +43,18 @@ std::vector<std::string> golden_names() {
     return names;
 }
 
+// A message's other keys (tool_calls, tool_call_id, name, a null content)
+// go to the template as they are.
 std::vector<ChatMessage> conversation(const json& messages) {
     std::vector<ChatMessage> out;
-    for (const auto& m : messages) out.push_back({m["role"], m["content"]});
+    for (const auto& m : messages) {
+        ChatMessage msg{m["role"], m["content"].is_string() ? m["content"].get<std::string>() : "",
+                        nlohmann::ordered_json::object()};
+        for (const auto& [k, v] : m.items())
+            if (k != "role" && (k != "content" || !v.is_string()))
+                msg.fields[k] = nlohmann::ordered_json::parse(v.dump());
+        out.push_back(std::move(msg));
+    }
     return out;
 }
 
@@ -55,6 +64,7 @@ TEST_P(GoldenTemplate, RendersLikeTransformers) {
     const json golden = read_json(test::data_path("chat/golden/" + GetParam() + ".json"));
     const json conversations = read_json(test::data_path("chat/conversations.json"));
     const json contexts = read_json(test::data_path("chat/contexts.json"));
+    const json tool_conversations = read_json(test::data_path("chat/tool-conversations.json"));
     const fs::path models = models_dir();
     std::optional<ChatTemplate> tmpl;
     if (golden.contains("template")) {
@@ -87,7 +97,9 @@ TEST_P(GoldenTemplate, RendersLikeTransformers) {
         }
         options.add_generation_prompt = c["add_generation_prompt"];
         options.now = kFixedNow;
-        const auto messages = conversation(conversations[c["conversation"].get<std::string>()]);
+        const std::string name = c["conversation"];
+        const auto messages = conversation(conversations.contains(name) ? conversations[name]
+                                                                        : tool_conversations[name]);
         std::string output, error;
         try {
             output = tmpl->apply(messages, options);

@@ -29,9 +29,13 @@ bool one_of(const std::string_view (&names)[N], std::string_view name) {
     return std::find(std::begin(names), std::end(names), name) != std::end(names);
 }
 
-std::string object_name(const Value& v) {
-    return v.is_none() ? "'None'" : fmt::format("'{} object'", v.type_name());
+// jinja2's object_type_repr: "None" or "<type> object". Its messages quote it
+// for a missing attribute and not for a missing element.
+std::string object_type(const Value& v) {
+    return v.is_none() ? "None" : fmt::format("{} object", v.type_name());
 }
+
+std::string object_name(const Value& v) { return fmt::format("'{}'", object_type(v)); }
 
 Value no_attribute(const Value& obj, std::string_view name) {
     return Value::undefined(fmt::format("{} has no attribute '{}'", object_name(obj), name));
@@ -291,7 +295,7 @@ Value get_item(const Value& obj, const Value& key) {
         if (i < 0) i += n;
         if (i < 0 || i >= n)
             return Value::undefined(
-                fmt::format("{} has no element {}", object_name(obj), key.to_int()));
+                fmt::format("{} has no element {}", object_type(obj), key.to_int()));
         if (is_str) return Value::string(encode_utf8(std::u32string_view(cps).substr(i, 1)));
         return obj.items()[i];
     }
@@ -302,7 +306,7 @@ Value get_item(const Value& obj, const Value& key) {
             if (const Value* v = obj.dict_obj().find(key)) return *v;
     }
     if (key.is_string()) return get_attribute(obj, key.str());
-    return Value::undefined(fmt::format("{} has no element {}", object_name(obj), to_repr(key)));
+    return Value::undefined(fmt::format("{} has no element {}", object_type(obj), to_repr(key)));
 }
 
 Value get_slice(Interpreter& in, const Value& obj, const Value* start, const Value* stop,

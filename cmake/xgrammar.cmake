@@ -15,7 +15,8 @@ list(FILTER xgrammar_sources EXCLUDE REGEX "/cpp/tvm_ffi/")
 add_library(xgrammar STATIC ${xgrammar_sources})
 target_compile_features(xgrammar PUBLIC cxx_std_17)
 target_compile_options(xgrammar PRIVATE -O2 -w)
-set_target_properties(xgrammar PROPERTIES POSITION_INDEPENDENT_CODE ON)
+# Its own language level: clang rejects parts of it as C++20.
+set_target_properties(xgrammar PROPERTIES CXX_STANDARD 17 POSITION_INDEPENDENT_CODE ON)
 target_include_directories(xgrammar SYSTEM PUBLIC "${HEADROOM_XGRAMMAR_DIR}/include")
 target_include_directories(xgrammar SYSTEM PUBLIC "${HEADROOM_XGRAMMAR_DIR}/3rdparty/picojson"
   "${HEADROOM_XGRAMMAR_DIR}/3rdparty/dlpack/include")

@@ -7,16 +7,19 @@
 #include <chrono>
 #include <memory>
 
+#include "server/anthropic-api.h"
 #include "server/prompt.h"
+#include "server/responses-api.h"
 #include "server/sse.h"
 
 namespace headroom::server {
 
 using json = nlohmann::json;
 
-void set_error(httplib::Response& res, const ApiError& error) {
+void set_error(httplib::Response& res, const ApiError& error, Api api) {
     res.status = error.status;
-    res.set_content(error_body(error), "application/json");
+    res.set_content(api == Api::AnthropicMessages ? anthropic_error_body(error) : error_body(error),
+                    "application/json");
 }
 
 namespace {
@@ -46,22 +49,15 @@ class Seat {
 class Generation {
   public:
     Generation(const GenerationContext& ctx, const GenerationSpec& spec,
-               const Truncation& truncation, std::shared_ptr<Request> request,
-               std::unique_ptr<Seat> seat, const std::optional<AnswerShape>& shape)
+               std::shared_ptr<Request> request, std::unique_ptr<Seat> seat,
+               const std::optional<AnswerShape>& shape, std::unique_ptr<Wire> wire)
         : ctx_(ctx),
           stream_(spec.stream),
-          include_usage_(spec.include_usage),
           ignore_eos_(spec.sampling.ignore_eos),
           stop_token_ids_(spec.sampling.stop_token_ids),
-          truncation_(truncation),
           request_(std::move(request)),
-          seat_(std::move(seat)) {
-        meta_.endpoint = spec.endpoint;
-        meta_.id = new_response_id(spec.endpoint);
-        meta_.created_s = std::chrono::duration_cast<std::chrono::seconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
-        meta_.model = ctx.model.name;
+          seat_(std::move(seat)),
+          wire_(std::move(wire)) {
         choices_.resize(request_->n_choices());
         if (spec.logprobs)
             for (auto& c : choices_)
@@ -76,11 +72,7 @@ class Generation {
     bool provide(httplib::DataSink& sink) {
         try {
             std::string out;
-            // A chat stream opens with the assistant's role at once, as OpenAI's does.
-            if (stream_ && !started_ && meta_.endpoint == Endpoint::Chat)
-                for (uint32_t i = 0; i < choices_.size(); ++i)
-                    append_chunk(chunk_response(meta_, i, "", true, FinishReason::None, nullptr),
-                                 out);
+            if (stream_ && !started_) wire_->open(out);
             started_ = true;
             TokenEvent ev;
             if (!request_->next(ev, kPollInterval)) {
@@ -92,10 +84,7 @@ class Generation {
             } while (!all_finished() && request_->next(ev, std::chrono::milliseconds(0)));
             if (stream_) {
                 flush_pending(out);
-                if (all_finished()) {
-                    if (include_usage_) append_sse_event(out, dump(usage_chunk(meta_, usage())));
-                    out += kSseDone;
-                }
+                if (all_finished()) wire_->close(usage(), out);
             } else if (all_finished()) {
                 out = dump(final_response());
             }
@@ -168,36 +157,20 @@ class Generation {
         pending_ = kNone;
         Choice& c = choices_[i];
         if (!c.reasoning.empty()) {
-            append_chunk(reasoning_chunk(meta_, i, c.reasoning), out);
+            wire_->reasoning(i, c.reasoning, out);
             c.reasoning.clear();
         }
         const bool has_logprobs = c.logprobs && !c.logprobs->empty();
         if (!c.text.empty() || has_logprobs) {
-            json lp = has_logprobs ? c.logprobs->take() : json(nullptr);
-            append_chunk(chunk_response(meta_, i, c.text, false, FinishReason::None, std::move(lp)),
-                         out);
+            wire_->content(i, c.text, has_logprobs ? c.logprobs->take() : json(nullptr), out);
             c.text.clear();
         }
-        // Each call as OpenAI streams it: its id and name, then its arguments.
-        for (size_t k = 0; k < c.calls.size(); ++k) {
-            const size_t index = c.n_calls - c.calls.size() + k;
-            ToolCall head = c.calls[k];
-            head.arguments.clear();
-            append_chunk(tool_calls_chunk(meta_, i, {head}, index), out);
-            json args = tool_calls_chunk(meta_, i, {c.calls[k]}, index);
-            json& call = args["choices"][0]["delta"]["tool_calls"][0];
-            call.erase("id");
-            call.erase("type");
-            call["function"].erase("name");
-            append_chunk(std::move(args), out);
-        }
+        for (size_t k = 0; k < c.calls.size(); ++k)
+            wire_->call(i, c.calls[k], c.n_calls - c.calls.size() + k, out);
         c.calls.clear();
         if (c.finish != FinishReason::None && !c.finish_sent) {
             c.finish_sent = true;
-            json chunk = chunk_response(meta_, i, "", false, c.finish, nullptr);
-            if (c.n_calls && c.finish == FinishReason::Stop)
-                chunk["choices"][0]["finish_reason"] = "tool_calls";
-            append_chunk(std::move(chunk), out);
+            wire_->finish(i, c.finish, c.n_calls > 0, out);
         }
     }
 
@@ -206,14 +179,6 @@ class Generation {
         if (!ignore_eos_ && ctx_.model.tokenizer->is_end_of_generation(token)) return true;
         return std::find(stop_token_ids_.begin(), stop_token_ids_.end(), token) !=
                stop_token_ids_.end();
-    }
-
-    // The first chunk of a stream also says how the prompt was truncated.
-    void append_chunk(json chunk, std::string& out) {
-        if (!sent_chunk_ && truncation_.happened())
-            chunk["prompt_truncation"] = truncation_json(truncation_);
-        sent_chunk_ = true;
-        append_sse_event(out, dump(chunk));
     }
 
     json final_response() {
@@ -225,7 +190,7 @@ class Generation {
             out[i].finish = choices_[i].finish;
             out[i].logprobs = choices_[i].logprobs ? choices_[i].logprobs->take() : json(nullptr);
         }
-        return completion_response(meta_, std::move(out), usage(), truncation_);
+        return wire_->whole(std::move(out), usage());
     }
 
     Usage usage() const {
@@ -245,19 +210,16 @@ class Generation {
 
     static constexpr uint32_t kNone = ~0u;
     const GenerationContext& ctx_;
-    ResponseMeta meta_;
     bool stream_;
-    bool include_usage_;
     bool ignore_eos_;
     std::vector<int32_t> stop_token_ids_;
-    Truncation truncation_;
     std::shared_ptr<Request> request_;
     std::unique_ptr<Seat> seat_;
+    std::unique_ptr<Wire> wire_;
     std::vector<Choice> choices_;
     size_t n_finished_ = 0;
     uint32_t pending_ = kNone;  // streaming: the choice with text not yet sent
     bool started_ = false;
-    bool sent_chunk_ = false;
     bool cancelled_ = false;
 };
 
@@ -319,17 +281,50 @@ ApiError shutting_down() {
     return e;
 }
 
-void handle(Endpoint endpoint, const std::string& body, const GenerationContext& ctx,
+// The request in the form every API shares, and what its wire needs.
+std::optional<ApiError> parse_request(Api api, const std::string& body, GenerationSpec& spec,
+                                      json& echo) {
+    switch (api) {
+        case Api::ChatCompletions:
+            return parse_generation_request(body, Endpoint::Chat, spec);
+        case Api::Completions:
+            return parse_generation_request(body, Endpoint::Completion, spec);
+        case Api::Responses:
+            return parse_responses_request(body, spec, echo);
+        case Api::AnthropicMessages:
+            return parse_anthropic_request(body, spec);
+    }
+    return std::nullopt;
+}
+
+std::unique_ptr<Wire> make_wire(Api api, const GenerationSpec& spec, const Truncation& truncation,
+                                const std::string& model, json echo, uint32_t n_prompt) {
+    if (api == Api::Responses) return responses_wire(model, std::move(echo));
+    if (api == Api::AnthropicMessages) return anthropic_wire(model, n_prompt);
+    ResponseMeta meta;
+    meta.endpoint = spec.endpoint;
+    meta.id = new_response_id(spec.endpoint);
+    meta.created_s = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+    meta.model = model;
+    return openai_wire(meta, truncation, spec.include_usage, spec.choices.n);
+}
+
+void handle(Api api, const std::string& body, const GenerationContext& ctx,
             httplib::Response& res) {
+    auto fail = [&](const ApiError& e) { set_error(res, e, api); };
     GenerationSpec spec;
-    if (auto e = parse_generation_request(body, endpoint, spec)) return set_error(res, *e);
+    json echo;
+    if (auto e = parse_request(api, body, spec, echo)) return fail(*e);
     if (!spec.model.empty() && spec.model != ctx.model.name) {
         ApiError e = bad_request("model", fmt::format("the model '{}' does not exist; this server "
                                                       "serves '{}'",
                                                       spec.model, ctx.model.name));
         e.status = 404;
         e.code = "model_not_found";
-        return set_error(res, e);
+        e.type = "not_found_error";
+        return fail(e);
     }
     // A draining server still takes what arrives until it closes its socket:
     // routers see /health fail and stop sending; what they sent meanwhile
@@ -340,7 +335,7 @@ void handle(Endpoint endpoint, const std::string& body, const GenerationContext&
     if (ctx.n_in_flight.fetch_add(1) >= ctx.config.max_queued) {
         ctx.n_in_flight.fetch_sub(1);
         res.set_header("Retry-After", std::to_string(ctx.config.retry_after_s));
-        return set_error(res, queue_full(ctx.config));
+        return fail(queue_full(ctx.config));
     }
     auto seat = std::make_unique<Seat>(ctx.n_in_flight);
 
@@ -351,11 +346,11 @@ void handle(Endpoint endpoint, const std::string& body, const GenerationContext&
     limits.truncate_history = ctx.config.truncate_history;
     Prompt prompt;
     if (auto e = build_prompt(spec, *ctx.model.chat_template, *ctx.model.tokenizer, limits, prompt))
-        return set_error(res, *e);
+        return fail(*e);
 
     const ToolFormat format = detect_tool_format(ctx.model.chat_template->text());
     std::shared_ptr<const CompiledGrammar> grammar;
-    if (auto e = compile_grammar(spec, format, ctx, grammar)) return set_error(res, *e);
+    if (auto e = compile_grammar(spec, format, ctx, grammar)) return fail(*e);
     const std::optional<AnswerShape> shape = answer_shape(spec, format, *ctx.model.chat_template,
                                                           *ctx.model.tokenizer, prompt.tokens);
 
@@ -371,15 +366,16 @@ void handle(Endpoint endpoint, const std::string& body, const GenerationContext&
     std::string why;
     auto submitted = ctx.model.engine->submit(std::move(request), &why);
     if (!submitted) {
-        if (!ctx.model.engine->accepting()) return set_error(res, shutting_down());
-        return set_error(res, bad_request(endpoint == Endpoint::Chat ? "messages" : "prompt", why));
+        if (!ctx.model.engine->accepting()) return fail(shutting_down());
+        return fail(bad_request(spec.endpoint == Endpoint::Chat ? "messages" : "prompt", why));
     }
 
     if (prompt.truncation.happened())
         res.set_header("X-Headroom-Dropped-Prompt-Tokens",
                        std::to_string(prompt.truncation.n_dropped_tokens));
-    auto gen = std::make_shared<Generation>(ctx, spec, prompt.truncation, std::move(submitted),
-                                            std::move(seat), shape);
+    auto wire = make_wire(api, spec, prompt.truncation, ctx.model.name, std::move(echo), n_prompt);
+    auto gen = std::make_shared<Generation>(ctx, spec, std::move(submitted), std::move(seat),
+                                            shape, std::move(wire));
     if (spec.stream) res.set_header("Cache-Control", "no-cache");
     res.status = 200;
     res.set_chunked_content_provider(
@@ -390,16 +386,16 @@ void handle(Endpoint endpoint, const std::string& body, const GenerationContext&
 
 }  // namespace
 
-void handle_generation(Endpoint endpoint, const std::string& body, const GenerationContext& ctx,
+void handle_generation(Api api, const std::string& body, const GenerationContext& ctx,
                        httplib::Response& res) {
     try {
-        handle(endpoint, body, ctx, res);
+        handle(api, body, ctx, res);
     } catch (const std::exception& e) {
         ApiError err;
         err.status = 500;
-        err.type = "server_error";
+        err.type = api == Api::AnthropicMessages ? "api_error" : "server_error";
         err.message = fmt::format("internal error: {}", e.what());
-        set_error(res, err);
+        set_error(res, err, api);
     }
 }
 

@@ -1,4 +1,5 @@
-// One generation request (/v1/chat/completions, /v1/completions) from its
+// One generation request (/v1/chat/completions, /v1/completions,
+// /v1/responses, /v1/messages) from its
 // body to its last byte:
 //   parse -> model check -> a seat among --max-queued -> prompt -> submit
 //   -> a chunked content provider that drains the request's channel.
@@ -14,6 +15,7 @@
 
 #include "server/http-server.h"
 #include "server/openai-json.h"
+#include "server/wire.h"
 
 namespace httplib {
 struct Response;
@@ -31,10 +33,11 @@ struct GenerationContext {
 
 // Fills `res` with an error, or with a content provider that streams (SSE)
 // or collects (one JSON body) the output. Never throws.
-void handle_generation(Endpoint endpoint, const std::string& body, const GenerationContext& ctx,
+void handle_generation(Api api, const std::string& body, const GenerationContext& ctx,
                        httplib::Response& res);
 
-// Sets `res` to the error's status and OpenAI error JSON.
-void set_error(httplib::Response& res, const ApiError& error);
+// Sets `res` to the error's status and the API's error JSON (OpenAI's, or
+// Anthropic's for /v1/messages).
+void set_error(httplib::Response& res, const ApiError& error, Api api = Api::ChatCompletions);
 
 }  // namespace headroom::server

@@ -34,7 +34,8 @@ class Listener : public httplib::Server {
 };
 
 bool is_post_route(const std::string& path) {
-    return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/tokenize" ||
+    return path == "/v1/chat/completions" || path == "/v1/completions" ||
+           path == "/v1/responses" || path == "/v1/messages" || path == "/tokenize" ||
            path == "/detokenize";
 }
 
@@ -89,7 +90,7 @@ struct HttpServer::Impl {
     void generation_routes();  // POST: tokenize, detokenize, completions
     void error_handlers();     // errors, exceptions and the request log
     httplib::Server::HandlerResponse pre_route(const httplib::Request& req, httplib::Response& res);
-    void post_generation(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
+    void post_generation(Api api, const httplib::Request& req, httplib::Response& res,
                          const httplib::ContentReader& reader);
     // Reads the body within --max-body; false (with `res` set) if it cannot.
     bool read_body(const httplib::Request& req, httplib::Response& res,
@@ -136,14 +137,19 @@ httplib::Server::HandlerResponse HttpServer::Impl::pre_route(const httplib::Requ
         }
     }
     if (is_v1 && !config.api_key.empty()) {
+        // OpenAI's clients send "Authorization: Bearer KEY", Anthropic's "x-api-key: KEY".
         const std::string auth = req.get_header_value("Authorization");
+        const std::string x_api_key = req.get_header_value("x-api-key");
         const std::string prefix = "Bearer ";
-        if (auth.rfind(prefix, 0) != 0 ||
-            !constant_time_equal(auth.substr(prefix.size()), config.api_key)) {
+        const bool bearer_ok = auth.rfind(prefix, 0) == 0 &&
+                               constant_time_equal(auth.substr(prefix.size()), config.api_key);
+        const bool x_key_ok = !x_api_key.empty() && constant_time_equal(x_api_key, config.api_key);
+        if (!bearer_ok && !x_key_ok) {
             if (has_body) close_after_response(req);
             set_error(res, status_error(401,
-                                        auth.empty() ? "missing API key: send the header "
-                                                       "'Authorization: Bearer <key>'"
+                                        auth.empty() && x_api_key.empty()
+                                            ? "missing API key: send the header "
+                                              "'Authorization: Bearer <key>'"
                                                      : "invalid API key",
                                         "invalid_api_key"));
             return R::Handled;
@@ -158,12 +164,11 @@ httplib::Server::HandlerResponse HttpServer::Impl::pre_route(const httplib::Requ
     return R::Unhandled;
 }
 
-void HttpServer::Impl::post_generation(Endpoint endpoint, const httplib::Request& req,
+void HttpServer::Impl::post_generation(Api api, const httplib::Request& req,
                                        httplib::Response& res,
                                        const httplib::ContentReader& reader) {
     std::string body;
-    if (read_body(req, res, reader, body))
-        handle_generation(endpoint, body, *ready_generation, res);
+    if (read_body(req, res, reader, body)) handle_generation(api, body, *ready_generation, res);
 }
 
 bool HttpServer::Impl::read_body(const httplib::Request& req, httplib::Response& res,
@@ -377,11 +382,19 @@ void HttpServer::Impl::generation_routes() {
     });
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res,
                                              const httplib::ContentReader& reader) {
-        post_generation(Endpoint::Chat, req, res, reader);
+        post_generation(Api::ChatCompletions, req, res, reader);
     });
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res,
                                         const httplib::ContentReader& reader) {
-        post_generation(Endpoint::Completion, req, res, reader);
+        post_generation(Api::Completions, req, res, reader);
+    });
+    http.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res,
+                                      const httplib::ContentReader& reader) {
+        post_generation(Api::Responses, req, res, reader);
+    });
+    http.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res,
+                                     const httplib::ContentReader& reader) {
+        post_generation(Api::AnthropicMessages, req, res, reader);
     });
 }
 

@@ -290,6 +290,45 @@ with Server(["-m", model, "--api-key", KEY, "--max-body", "64KiB", "--max-model-
     check(server, "unknown model id", 404, "GET", "/v1/models/gpt-5", code="model_not_found")
     check(server, "unknown route GET", 404, "GET", "/v1/engines")
     check(server, "unknown route POST", 404, "POST", "/v1/embeddings", {"input": "x"})
+    # ---- The Responses and Messages APIs -------------------------------------------
+    check(server, "responses without input", 400, "POST", "/v1/responses",
+          {"model": "tiny", "max_output_tokens": 2}, param="input")
+    check(server, "responses with previous_response_id", 400, "POST", "/v1/responses",
+          {"input": "hi", "previous_response_id": "resp_1"}, param="previous_response_id",
+          contains=["whole conversation"])
+    check(server, "responses with a web search tool", 400, "POST", "/v1/responses",
+          {"input": "hi", "tools": [{"type": "web_search"}]}, param="tools[0].type")
+    check(server, "responses max_output_tokens 0", 400, "POST", "/v1/responses",
+          {"input": "hi", "max_output_tokens": 0}, param="max_output_tokens")
+    check(server, "responses input item without call_id", 400, "POST", "/v1/responses",
+          {"input": [{"type": "function_call_output", "output": "x"}]},
+          param="input[0].call_id")
+    check(server, "responses text.format xml", 400, "POST", "/v1/responses",
+          {"input": "hi", "text": {"format": {"type": "xml"}}}, param="text.format.type")
+    for name, body, want in [
+            ("messages without max_tokens", {"messages": user()}, "max_tokens"),
+            ("messages with an image", {"max_tokens": 2, "messages": [
+                {"role": "user", "content": [{"type": "image", "source": {}}]}]}, "image"),
+            ("messages with a bad role", {"max_tokens": 2,
+                                          "messages": [{"role": "system", "content": "x"}]},
+             "role"),
+            ("messages tool_choice any without tools", {
+                "max_tokens": 2, "messages": user(), "tool_choice": {"type": "any"}}, "tools")]:
+        got, reply = server.request("POST", "/v1/messages", body, {"x-api-key": KEY})
+        fail_if(got != 400 or reply.get("type") != "error" or
+                reply["error"].get("type") != "invalid_request_error" or
+                want not in reply["error"]["message"], f"{name}: {got} {reply}")
+        cases.append((name, got))
+    got, reply = server.request("POST", "/v1/messages",
+                                {"model": "tiny", "max_tokens": 2, "messages": user()},
+                                {"x-api-key": KEY})
+    fail_if(got != 200 or reply.get("type") != "message", f"messages with x-api-key: {reply}")
+    cases.append(("messages with x-api-key", got))
+    got, reply = server.request("POST", "/v1/messages",
+                                {"model": "tiny", "max_tokens": 2, "messages": user()},
+                                {"x-api-key": "nope"})
+    fail_if(got != 401, f"messages with a wrong x-api-key: {got} {reply}")
+    cases.append(("messages with a wrong x-api-key", got))
     # ---- Keys --------------------------------------------------------------------
     check(server, "missing key", 401, "POST", CHAT, chat(), headers={}, code="invalid_api_key")
     check(server, "wrong key", 401, "POST", CHAT, chat(),

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Tool calling and structured outputs of `headroom serve` with SmolLM2-135M-Instruct,
-driven by real clients: the openai package and the OpenAI Agents SDK.
+driven by real clients: the openai package (chat completions and the
+Responses API), the OpenAI Agents SDK, and the anthropic package (the
+Messages API).
 
 SmolLM2's chat template has no tool syntax, so the server describes the tools
 in the system message and calls use Hermes' markup; with tool_choice
@@ -19,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from serverlib import Server, fail_if  # noqa: E402
 from testlib import model_path  # noqa: E402
 
+import anthropic  # noqa: E402
 import jsonschema  # noqa: E402
 import openai  # noqa: E402
 import pydantic  # noqa: E402
@@ -215,7 +218,98 @@ def main():
 
         # ---- the OpenAI Agents SDK runs a two-tool loop to its final answer --
         run_agent(server.base + "/v1", name)
-    print("tool calling and structured outputs: ok")
+        responses_api(client, name)
+        messages_api(server.base, name)
+    print("tool calling, structured outputs, responses and messages: ok")
+
+
+def responses_api(client, name):
+    tools = [{"type": "function", "name": t["function"]["name"],
+              "description": t["function"]["description"],
+              "parameters": t["function"]["parameters"]} for t in TOOLS]
+    r = client.responses.create(model=name, input="What is the weather in Paris?", tools=tools,
+                                tool_choice={"type": "function", "name": "get_weather"},
+                                max_output_tokens=64, temperature=0)
+    calls = [o for o in r.output if o.type == "function_call"]
+    fail_if(len(calls) != 1 or calls[0].name != "get_weather", f"responses: {r.output}")
+    jsonschema.validate(json.loads(calls[0].arguments), WEATHER)
+    fail_if(r.status != "completed" or not r.id.startswith("resp_"), f"responses: {r}")
+    call = calls[0]
+    r = client.responses.create(
+        model=name, instructions="Answer in one sentence.", max_output_tokens=48, temperature=0,
+        tools=tools, tool_choice="none",
+        input=[{"role": "user", "content": "What is the weather in Paris?"},
+               {"type": "function_call", "call_id": call.call_id, "name": call.name,
+                "arguments": call.arguments},
+               {"type": "function_call_output", "call_id": call.call_id,
+                "output": "21 degrees and sunny"}])
+    fail_if(r.status not in ("completed", "incomplete") or not r.output_text,
+            f"responses round trip: {r}")
+    fail_if(r.usage.input_tokens <= 0 or r.usage.output_tokens <= 0, f"usage: {r.usage}")
+    r = client.responses.create(
+        model=name, input="Describe a city as JSON.", max_output_tokens=96, temperature=0,
+        text={"format": {"type": "json_schema", "name": "city", "strict": True, "schema": {
+            "type": "object", "additionalProperties": False, "required": ["name", "country"],
+            "properties": {"name": {"type": "string", "maxLength": 30},
+                           "country": {"type": "string", "maxLength": 30}}}}})
+    fail_if(set(json.loads(r.output_text)) != {"name", "country"}, f"text.format: {r.output_text}")
+    # Streamed: typed events in order, numbered, the deltas adding up to the text.
+    events = list(client.responses.create(model=name, input="Say hello.", max_output_tokens=16,
+                                          temperature=0, stream=True))
+    types = [e.type for e in events]
+    fail_if(types[0] != "response.created" or types[-1] not in ("response.completed",
+                                                               "response.incomplete"),
+            f"responses stream: {types}")
+    seq = [e.sequence_number for e in events]
+    fail_if(seq != list(range(len(seq))), f"sequence numbers {seq}")
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    fail_if(deltas != events[-1].response.output_text, f"{deltas!r} vs {events[-1].response}")
+    events = list(client.responses.create(model=name, input="Weather in Rome?", tools=tools,
+                                          tool_choice="required", max_output_tokens=64,
+                                          temperature=0, stream=True))
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    fail_if(not done, f"no streamed call: {[e.type for e in events]}")
+    jsonschema.validate(json.loads(done[0].arguments), WEATHER)
+    print(f"responses: {len(events)} streamed events; round trip {r.status}")
+
+
+def messages_api(base, name):
+    client = anthropic.Anthropic(base_url=base, api_key="none")
+    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+              "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    m = client.messages.create(model=name, max_tokens=64, messages=ask, tools=tools,
+                               tool_choice={"type": "tool", "name": "get_weather"}, extra_body={"temperature": 0})
+    uses = [b for b in m.content if b.type == "tool_use"]
+    fail_if(m.stop_reason != "tool_use" or len(uses) != 1, f"messages: {m}")
+    fail_if(not uses[0].id.startswith("toolu_") or uses[0].name != "get_weather", f"{uses}")
+    jsonschema.validate(uses[0].input, WEATHER)
+    m2 = client.messages.create(
+        model=name, max_tokens=48, system="Answer in one sentence.", tools=tools, extra_body={"temperature": 0},
+        tool_choice={"type": "none"},
+        messages=ask + [{"role": "assistant", "content": m.content},
+                        {"role": "user", "content": [{"type": "tool_result",
+                                                      "tool_use_id": uses[0].id,
+                                                      "content": "21 degrees and sunny"}]}])
+    texts = [b.text for b in m2.content if b.type == "text"]
+    fail_if(m2.stop_reason not in ("end_turn", "max_tokens") or not texts or not texts[0],
+            f"messages round trip: {m2}")
+    fail_if(m2.usage.input_tokens <= 0 or m2.usage.output_tokens <= 0, f"usage: {m2.usage}")
+    with client.messages.stream(model=name, max_tokens=64, messages=ask, tools=tools,
+                                tool_choice={"type": "any"}, extra_body={"temperature": 0}) as stream:
+        kinds = [e.type for e in stream]
+        final = stream.get_final_message()
+    fail_if(kinds[0] != "message_start" or "message_stop" not in kinds, f"stream: {kinds}")
+    uses = [b for b in final.content if b.type == "tool_use"]
+    fail_if(not uses or final.stop_reason not in ("tool_use", "max_tokens"), f"stream: {final}")
+    jsonschema.validate(uses[0].input, WEATHER)
+    try:
+        client.messages.create(model=name, max_tokens=8, messages=[])
+        fail_if(True, "an empty conversation was accepted")
+    except anthropic.BadRequestError as e:
+        fail_if(e.body.get("type") != "error" or e.body["error"]["type"] != "invalid_request_error",
+                f"error shape: {e.body}")
+    print(f"messages: tool_use {uses[0].input}; round trip {m2.stop_reason}")
 
 
 def run_agent(base_url, model_name):

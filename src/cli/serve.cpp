@@ -14,8 +14,11 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "cli/commands.h"
@@ -38,6 +41,7 @@ struct ServeOptions {
     std::string served_model_name;
     std::string max_body = "1MiB";
     std::string grammar_cache = "64MiB";
+    std::string chat_template;  // a Jinja file in place of the model's template
     double shutdown_timeout_s = 30;
     double drain_grace_s = 3;
     bool quiet = false;
@@ -114,6 +118,22 @@ int64_t unix_time_s() {
 
 constexpr uint32_t kMaxHttpThreads = 16384;
 
+// The model's chat template, or the file --chat-template names (with the
+// model's BOS and EOS texts).
+ChatTemplate load_chat_template(const Instance& inst, const std::string& path) {
+    ChatTemplate model_template = ChatTemplate::from_gguf(inst.file());
+    if (path.empty()) return model_template;
+    std::ifstream f(path, std::ios::binary);
+    if (!f) fail("--chat-template {}: cannot read the file", path);
+    const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+    try {
+        return ChatTemplate::from_string(text, model_template.bos_token(),
+                                         model_template.eos_token());
+    } catch (const Error& e) {
+        fail("--chat-template {}: {}", path, e.what());
+    }
+}
+
 void serve(ServeOptions& o) {
     server::ServeConfig& sc = o.server;
     sc.max_body_bytes = parse_bytes_or_throw(o.max_body, "--max-body");
@@ -150,13 +170,11 @@ void serve(ServeOptions& o) {
 
     InstanceOptions io = instance_options(o.engine, 32);
     io.settings.config.grammar_cache_bytes = parse_bytes_or_throw(o.grammar_cache, "--grammar-cache");
-    if (io.settings.config.grammar_cache_bytes == 0)
-        fail("--grammar-cache must be more than 0 (it also bounds the largest grammar)");
     io.progress = !o.quiet;
     Instance inst(o.engine.model);
     inst.load(io);
     Runner& runner = inst.runner();
-    const ChatTemplate chat_template = ChatTemplate::from_gguf(inst.file());
+    const ChatTemplate chat_template = load_chat_template(inst, o.chat_template);
     Engine& engine = inst.engine();
     EngineMetrics& metrics = inst.metrics();
 
@@ -166,8 +184,9 @@ void serve(ServeOptions& o) {
     served.metrics = &metrics;
     served.tokenizer = &inst.tokenizer();
     served.chat_template = &chat_template;
-    const GrammarCompiler grammars(inst.tokenizer(), runner.plan().config.grammar_cache_bytes);
-    served.grammars = &grammars;
+    std::optional<GrammarCompiler> grammars;
+    if (runner.plan().config.grammar_cache_bytes)
+        served.grammars = &grammars.emplace(inst.tokenizer(), runner.plan().config.grammar_cache_bytes);
     served.ledgers = inst.backend().ledgers();
     served.backend = inst.backend().name();
     served.max_model_len = runner.plan().config.max_model_len;
@@ -244,9 +263,12 @@ void add_serve_command(CLI::App& app) {
                     "Require 'Authorization: Bearer KEY' on /v1/* (default: $HEADROOM_API_KEY)");
     cmd->add_option("--served-model-name", o->served_model_name,
                     "Model id in /v1/models and requests (default: the -m name or file stem)");
+    cmd->add_option("--chat-template", o->chat_template,
+                    "A Jinja chat template file to use in place of the model's own");
     cmd->add_option("--grammar-cache", o->grammar_cache,
                     "Memory for compiled grammars (response_format schemas, tool calls), counted "
-                    "in the plan's runtime term; a larger grammar is refused with 400")
+                    "in the plan's runtime term; a larger grammar is refused with 400; 0 turns "
+                    "constrained decoding off")
         ->capture_default_str();
     cmd->add_option("--max-body", o->max_body, "Largest request body; larger ones get 413")
         ->capture_default_str();

@@ -100,6 +100,48 @@ std::string unsupported_schema_keyword(const nlohmann::json& schema) {
     return found.empty() ? found : "JSON schema keyword " + found + " is not supported";
 }
 
+GrammarSpec after_reasoning(const GrammarSpec& spec, bool open) {
+    using json = nlohmann::json;
+    json constraint;
+    switch (spec.kind) {
+        case GrammarSpec::Kind::JsonObject:
+            constraint = {{"type", "json_schema"}, {"json_schema", {{"type", "object"}}}};
+            break;
+        case GrammarSpec::Kind::JsonSchema:
+            constraint = {{"type", "json_schema"}, {"json_schema", json::parse(spec.text)}};
+            break;
+        case GrammarSpec::Kind::Regex:
+            constraint = {{"type", "regex"}, {"pattern", spec.text}};
+            break;
+        case GrammarSpec::Kind::Choice:
+            constraint = {{"type", "regex"}, {"pattern", choice_regex(spec.choices)}};
+            break;
+        case GrammarSpec::Kind::Ebnf:
+            constraint = {{"type", "grammar"}, {"grammar", spec.text}};
+            break;
+        case GrammarSpec::Kind::StructuralTag:
+            constraint = json::parse(spec.text).at("format");
+            break;
+    }
+    const json think = {{"type", "tag"},
+                        {"begin", open ? "" : "<think>"},
+                        {"content", {{"type", "any_text"}}},
+                        {"end", "</think>"}};
+    // A little blank space (bounded: a model must not loop on newlines).
+    const json blank = {{"type", "regex"}, {"pattern", "[ \\n]{0,4}"}};
+    json elements = json::array();
+    if (!open) elements.push_back(blank);
+    elements.push_back(open ? think : json{{"type", "optional"}, {"content", think}});
+    elements.push_back(blank);
+    elements.push_back(constraint);
+    GrammarSpec out;
+    out.kind = GrammarSpec::Kind::StructuralTag;
+    out.text = json{{"type", "structural_tag"},
+                    {"format", {{"type", "sequence"}, {"elements", elements}}}}
+                   .dump();
+    return out;
+}
+
 struct GrammarCompiler::Impl {
     xgrammar::GrammarCompiler compiler;
 };

@@ -58,6 +58,12 @@ struct GrammarSpec {
 // named with its place in the schema ("uniqueItems at #/properties/tags").
 std::string unsupported_schema_keyword(const nlohmann::json& schema);
 
+// The same constraint for a model that reasons first: free text in a
+// <think>...</think> block, then (after blank space) `spec`. `open`: the
+// prompt already opened the block (the answer starts inside it); otherwise
+// the block is optional.
+GrammarSpec after_reasoning(const GrammarSpec& spec, bool open);
+
 // Longest schema, regex or grammar text accepted (bytes).
 inline constexpr size_t kMaxGrammarTextBytes = 256 * 1024;
 

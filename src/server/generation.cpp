@@ -27,7 +27,8 @@ namespace {
 struct AnswerShape {
     ToolFormat format = ToolFormat::Generic;
     bool parse_calls = false;
-    bool think_open = false;
+    bool think_open = false;  // the prompt opened a <think> block
+    bool may_think = false;   // the answer may start with reasoning (<think> models)
 };
 
 // A seat among --max-queued, given back when the last holder lets go.
@@ -225,7 +226,9 @@ class Generation {
 
 // The grammar of a request: its response_format or structured output, or
 // the tool grammar of its tool_choice. Compile errors are the client's: 400.
+// A model that reasons first gets the grammar after its reasoning.
 std::optional<ApiError> compile_grammar(const GenerationSpec& spec, ToolFormat format,
+                                        const std::optional<AnswerShape>& shape,
                                         const GenerationContext& ctx,
                                         std::shared_ptr<const CompiledGrammar>& out) {
     std::optional<GrammarSpec> g = spec.grammar;
@@ -235,7 +238,11 @@ std::optional<ApiError> compile_grammar(const GenerationSpec& spec, ToolFormat f
         param = "tools";
     }
     if (!g) return std::nullopt;
-    if (!ctx.model.grammars) return bad_request(param, "this server does not compile grammars");
+    if (shape && shape->may_think && format != ToolFormat::Harmony)
+        g = after_reasoning(*g, shape->think_open);
+    if (!ctx.model.grammars)
+        return bad_request(param,
+                           "constrained decoding is off on this server (serve --grammar-cache 0)");
     std::string why;
     out = ctx.model.grammars->compile(*g, &why);
     if (!out) return bad_request(param, why);
@@ -252,12 +259,15 @@ std::optional<AnswerShape> answer_shape(const GenerationSpec& spec, ToolFormat f
                        tmpl.text().find("</think>") != std::string::npos;
     if (!calls && !think && format != ToolFormat::Harmony) return std::nullopt;
     // Did the template open a <think> block at the end of the prompt?
-    const size_t tail = std::min<size_t>(prompt.size(), 8);
+    const size_t tail = std::min<size_t>(prompt.size(), 32);
     const std::string end = tokenizer.decode(
         std::span<const int32_t>(prompt.data() + prompt.size() - tail, tail), true);
     const size_t last = end.find_last_not_of(" \n");
-    const bool think_open = last != std::string::npos && end.substr(0, last + 1).ends_with("<think>");
-    return AnswerShape{format, calls, think_open};
+    const std::string trimmed = last == std::string::npos ? "" : end.substr(0, last + 1);
+    const bool think_open = trimmed.ends_with("<think>");
+    // A prompt that closed the block (enable_thinking false) asks for no reasoning.
+    const bool may_think = think && !trimmed.ends_with("</think>");
+    return AnswerShape{format, calls, think_open, may_think};
 }
 
 ApiError queue_full(const ServeConfig& config) {
@@ -349,10 +359,10 @@ void handle(Api api, const std::string& body, const GenerationContext& ctx,
         return fail(*e);
 
     const ToolFormat format = detect_tool_format(ctx.model.chat_template->text());
-    std::shared_ptr<const CompiledGrammar> grammar;
-    if (auto e = compile_grammar(spec, format, ctx, grammar)) return fail(*e);
     const std::optional<AnswerShape> shape = answer_shape(spec, format, *ctx.model.chat_template,
                                                           *ctx.model.tokenizer, prompt.tokens);
+    std::shared_ptr<const CompiledGrammar> grammar;
+    if (auto e = compile_grammar(spec, format, shape, ctx, grammar)) return fail(*e);
 
     const auto n_prompt = static_cast<uint32_t>(prompt.tokens.size());
     spec.sampling.max_tokens = spec.max_tokens.value_or(ctx.model.max_model_len - n_prompt);

@@ -198,6 +198,33 @@ TEST(Grammar, ForkContinuesFromTheSamePlace) {
     EXPECT_TRUE(s.accept(b));  // the original is where it was
 }
 
+// Whether the grammar takes `text` (as the tokenizer spells it) and may end there.
+bool takes(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {
+    GrammarState s(g);
+    for (int32_t t : tokenizer().encode(text, false, false))
+        if (!s.accept(t)) return false;
+    return s.accept(tokenizer().end_of_generation_ids().at(0));
+}
+
+TEST(Grammar, AfterReasoningTheConstraintHoldsOnlyForTheAnswer) {
+    GrammarSpec schema;
+    schema.kind = GrammarSpec::Kind::JsonSchema;
+    schema.text = R"({"type": "object", "properties": {"a": {"type": "integer"}},
+                      "required": ["a"], "additionalProperties": false})";
+    const auto optional = compile_ok(after_reasoning(schema, false));
+    ASSERT_TRUE(optional);
+    EXPECT_TRUE(takes(optional, R"({"a": 1})"));
+    EXPECT_TRUE(takes(optional, "<think>any text, {not json</think>\n\n{\"a\": 2}"));
+    EXPECT_FALSE(takes(optional, "<think>no answer</think>"));
+    EXPECT_FALSE(takes(optional, "plain text"));
+    EXPECT_FALSE(takes(optional, "<think>x</think>{\"b\": 1}"));
+    // The prompt opened the block: the answer starts inside it.
+    const auto open = compile_ok(after_reasoning(schema, true));
+    ASSERT_TRUE(open);
+    EXPECT_TRUE(takes(open, "still thinking</think>{\"a\": 3}"));
+    EXPECT_FALSE(takes(open, R"({"a": 1})"));
+}
+
 TEST(Grammar, ApplyMaskSetsDisallowedToMinusInfinity) {
     std::vector<float> logits(40, 1.0f);
     std::vector<uint32_t> mask = {0x80000001u, 0x2u};  // tokens 0, 31, 33

@@ -15,7 +15,12 @@ against an expectation the test derives itself:
     truncate_prompt_tokens the fewest oldest turns are dropped so that the
     rest fits, and the response says how many tokens and messages went. The
     expected prompt after each possible cut is measured on a server with room
-    for the whole conversation."""
+    for the whole conversation.
+  - reasoning: with --chat-template naming a template that thinks and
+    chat_template_kwargs enable_thinking false, the prompt closes the
+    reasoning block (seen in /tokenize's count); an answer forced by a
+    regex to "<think>ab</think>12" comes back as reasoning_content "ab" and
+    content "12", streamed as a reasoning delta and a content delta."""
 import json
 import os
 import subprocess
@@ -51,7 +56,8 @@ def conversation(n_dropped_turns):
 
 n_turns = len(turns) // 2 + 1  # the final question is a turn of its own
 
-with Server(COMMON + ["--max-model-len", "4096"]) as big:
+# No grammar cache, so that serve's plan is run's (which has none).
+with Server(COMMON + ["--max-model-len", "4096", "--grammar-cache", "0"]) as big:
     c = client_for(big)
     # ---- Seeds and streaming -------------------------------------------------------
     kw = dict(model="tiny", prompt="the cat", max_tokens=24, temperature=1.0, seed=7,
@@ -247,6 +253,34 @@ with Server(COMMON + ["--truncate-history"]) as trunc:
     fail_if(status != 400 or reply["error"]["code"] != "context_length_exceeded",
             f"last turn too long: {status} {reply}")
     fail_if(trunc.stop() != 0, "exit code")
+
+THINKING = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+            "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+            "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
+            "{% endif %}{% endif %}")
+template_path = os.path.join(tmp, "thinking.jinja")
+with open(template_path, "w") as f:
+    f.write(THINKING)
+with Server(COMMON + ["--chat-template", template_path]) as think:
+    ask = [{"role": "user", "content": "2+2?"}]
+    off = {"enable_thinking": False}
+    n_on = think.request("POST", "/tokenize", {"messages": ask})[1]["count"]
+    n_off = think.request("POST", "/tokenize", {"messages": ask,
+                                                 "chat_template_kwargs": off})[1]["count"]
+    fail_if(n_off <= n_on, f"enable_thinking false did not reach the template: {n_on} {n_off}")
+    body = {"messages": ask, "chat_template_kwargs": off, "max_tokens": 40, "temperature": 0,
+            "guided_regex": "<think>ab</think>12"}
+    status, reply = think.request("POST", "/v1/chat/completions", body)
+    msg = reply["choices"][0]["message"] if status == 200 else reply
+    fail_if(status != 200 or msg.get("reasoning_content") != "ab" or msg["content"] != "12",
+            f"reasoning split: {status} {msg}")
+    status, raw = think.request("POST", "/v1/chat/completions", dict(body, stream=True))
+    events = sse_events(raw.encode() if isinstance(raw, str) else json.dumps(raw).encode())
+    deltas = [e["choices"][0]["delta"] for e in events[:-1] if e["choices"]]
+    reasoning = "".join(d.get("reasoning_content", "") for d in deltas)
+    content = "".join(d.get("content") or "" for d in deltas)
+    fail_if(reasoning != "ab" or content != "12", f"streamed reasoning split: {deltas}")
+    fail_if(think.stop() != 0, "exit code")
 
 print(f"ok: seeds, stop strings, logprobs, prompt spellings; truncation of a "
       f"{lengths[0]}-token chat to fit max_model_len {SMALL}")

@@ -42,6 +42,7 @@ struct EvalOptions {
     std::string tokens;
     std::string text_file;
     std::string logits_out;
+    std::string hidden_out;
     std::string tokens_out;
     uint32_t ctx = 0;
 };
@@ -82,6 +83,12 @@ void run_eval(const EvalOptions& o) {
         out.reset(std::fopen(o.logits_out.c_str(), "wb"));
         if (!out) fail("--logits-out {}: cannot create", o.logits_out);
     }
+    std::unique_ptr<FILE, int (*)(FILE*)> hidden(nullptr, &std::fclose);
+    if (!o.hidden_out.empty()) {
+        hidden.reset(std::fopen(o.hidden_out.c_str(), "wb"));
+        if (!hidden) fail("--hidden-out {}: cannot create", o.hidden_out);
+    }
+    const uint32_t n_embd = inst.desc().hp.n_embd;
     if (!o.tokens_out.empty()) {
         std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(o.tokens_out.c_str(), "wb"),
                                                 &std::fclose);
@@ -108,6 +115,12 @@ void run_eval(const EvalOptions& o) {
             const uint32_t s = batch.add_seq(&seq);
             for (size_t i = c0; i < c1; ++i)
                 batch.add_token(tokens[i], static_cast<uint32_t>(i - w0), s, true);
+            if (hidden) {
+                // The same step again for its hidden states (the KV it writes is the same).
+                const float* h = runner.forward(batch, true);
+                if (std::fwrite(h, sizeof(float) * n_embd, c1 - c0, hidden.get()) != c1 - c0)
+                    fail("--hidden-out {}: write failed", o.hidden_out);
+            }
             const float* logits = runner.forward(batch);
             if (out && std::fwrite(logits, sizeof(float) * n_vocab, c1 - c0, out.get()) != c1 - c0)
                 fail("--logits-out {}: write failed", o.logits_out);
@@ -156,6 +169,9 @@ void add_eval_command(CLI::App& app) {
         ->excludes(tok);
     cmd->add_option("--logits-out", o->logits_out,
                     "Write every position's logits here: float32, (n_tokens, n_vocab), row-major");
+    cmd->add_option("--hidden-out", o->hidden_out,
+                    "Write every position's final hidden state (after the output norm) here: "
+                    "float32, (n_tokens, n_embd), row-major");
     cmd->add_option(
         "--tokens-out", o->tokens_out,
         "Write the scored token ids here: int32, one per position (what -f tokenized to)");

@@ -184,6 +184,9 @@ void serve(ServeOptions& o) {
     served.metrics = &metrics;
     served.tokenizer = &inst.tokenizer();
     served.chat_template = &chat_template;
+    // llama.cpp's pooling types: 1 mean, 2 cls, 3 last; none or another: mean.
+    const auto pooling = inst.file().get_uint(inst.desc().hp.arch + ".pooling_type");
+    served.pooling = pooling == 2u ? Pooling::Cls : pooling == 3u ? Pooling::Last : Pooling::Mean;
     std::optional<GrammarCompiler> grammars;
     if (runner.plan().config.grammar_cache_bytes)
         served.grammars = &grammars.emplace(inst.tokenizer(), runner.plan().config.grammar_cache_bytes);

@@ -27,6 +27,8 @@ Engine::Engine(Runner& runner, const Tokenizer& tokenizer, EngineMetrics& metric
     finished_this_step_.reserve(c.max_num_seqs);
     beam_requests_.reserve(c.max_num_seqs);
     row_copy_.reserve(runner.model().hparams().n_vocab);
+    const uint32_t embed_chunk = std::min(c.max_num_batched_tokens, c.max_logit_rows);
+    embed_batch_.reserve(embed_chunk, 1, embed_chunk);
     // Grammar masks, one per sequence that samples in a step (the plan's
     // runtime term counts them with the grammar cache).
     if (c.grammar_cache_bytes) masks_.resize(c.max_num_seqs * mask_words(tokenizer.n_vocab()));
@@ -140,6 +142,92 @@ std::shared_ptr<Request> Engine::submit(GenerateRequest request, std::string* er
     return r;
 }
 
+std::shared_ptr<Embedding> Engine::embed(std::vector<int32_t> tokens, Pooling pooling,
+                                         std::string* error) {
+    if (tokens.empty()) {
+        *error = "the input is empty";
+        return nullptr;
+    }
+    if (tokens.size() > max_model_len()) {
+        *error = fmt::format("the input is {} tokens, more than max_model_len ({})",
+                             tokens.size(), max_model_len());
+        return nullptr;
+    }
+    for (int32_t t : tokens)
+        if (t < 0 || t >= tokenizer_.n_vocab()) {
+            *error = fmt::format("token id {} is outside the vocabulary (0..{})", t,
+                                 tokenizer_.n_vocab() - 1);
+            return nullptr;
+        }
+    auto e = std::make_shared<Embedding>();
+    e->tokens_ = std::move(tokens);
+    e->pooling_ = pooling;
+    {
+        std::lock_guard lk(inbox_mu_);
+        if (!accepting_) {
+            *error = "the server is shutting down";
+            return nullptr;
+        }
+        embeds_.push_back(e);
+    }
+    inbox_cv_.notify_one();
+    return e;
+}
+
+bool Engine::run_embeddings() {
+    {
+        std::lock_guard lk(inbox_mu_);
+        for (auto& e : embeds_) embeds_waiting_.push_back(std::move(e));
+        embeds_.clear();
+    }
+    if (embeds_waiting_.empty()) return false;
+    size_t kept = 0;
+    for (auto& e : embeds_waiting_)
+        if (!run_embedding(*e)) embeds_waiting_[kept++] = std::move(e);
+    embeds_waiting_.resize(kept);
+    return true;
+}
+
+bool Engine::run_embedding(Embedding& e) {
+    const auto& c = runner_.plan().config;
+    const uint32_t chunk = std::min(c.max_num_batched_tokens, c.max_logit_rows);
+    const uint32_t n_embd = runner_.model().hparams().n_embd;
+    const auto n = static_cast<uint32_t>(e.tokens_.size());
+    std::vector<double> sum(n_embd, 0.0);
+    std::vector<float> out(n_embd, 0.0f);
+    SeqKv seq;
+    for (uint32_t c0 = 0; c0 < n; c0 += chunk) {
+        const uint32_t c1 = std::min(n, c0 + chunk);
+        if (!runner_.cache().grow(seq, c1 - c0)) {
+            runner_.cache().free(seq);
+            if (n_active_.load() > 0) return false;  // blocks come back as requests finish
+            e.finish({}, fmt::format("the input needs the KV of {} tokens; the pool holds "
+                                     "{} blocks of {}",
+                                     n, runner_.cache().n_blocks_total(),
+                                     runner_.cache().block_size()));
+            return true;
+        }
+        embed_batch_.clear();
+        const uint32_t s = embed_batch_.add_seq(&seq);
+        for (uint32_t i = c0; i < c1; ++i) embed_batch_.add_token(e.tokens_[i], i, s, true);
+        const float* h = runner_.forward(embed_batch_, true);
+        for (uint32_t i = c0; i < c1; ++i) {
+            const float* row = h + size_t{i - c0} * n_embd;
+            if (e.pooling_ == Pooling::Mean)
+                for (uint32_t d = 0; d < n_embd; ++d) sum[d] += row[d];
+            else if ((e.pooling_ == Pooling::Cls && i == 0) ||
+                     (e.pooling_ == Pooling::Last && i + 1 == n))
+                std::copy(row, row + n_embd, out.begin());
+        }
+    }
+    runner_.cache().free(seq);
+    runner_.count_kv();
+    if (e.pooling_ == Pooling::Mean)
+        for (uint32_t d = 0; d < n_embd; ++d) out[d] = static_cast<float>(sum[d] / n);
+    e.finish(std::move(out), "");
+    return true;
+}
+
 void Engine::cancel(uint64_t id) {
     {
         std::lock_guard lk(inbox_mu_);
@@ -199,6 +287,7 @@ void store_traffic(const kernels::StepStats& s, TrafficCounters& c) {
 
 bool Engine::step() {
     drain_inbox();
+    const bool embedded = run_embeddings();
     const uint64_t preempted_before = scheduler_.n_preemptions();
     const SchedulerOutput& out = scheduler_.schedule();
     metrics_.n_preemptions.fetch_add(scheduler_.n_preemptions() - preempted_before,
@@ -208,7 +297,7 @@ bool Engine::step() {
         snapshots_.changed();
         update_gauges();
         maybe_snapshot(false);
-        return false;
+        return embedded;
     }
     run_step(out);
     metrics_.n_steps.fetch_add(1, std::memory_order_relaxed);
@@ -525,7 +614,7 @@ void Engine::loop() {
             std::unique_lock lk(inbox_mu_);
             auto has_work = [&] {
                 return stopping_ || abort_all_ || !inbox_.empty() || !cancels_.empty() ||
-                       n_active_.load() > 0;
+                       !embeds_.empty() || !embeds_waiting_.empty() || n_active_.load() > 0;
             };
             if (!has_work() && snapshot_dirty_) {
                 // Going idle: show the state the last step left.
@@ -540,6 +629,12 @@ void Engine::loop() {
         }
         if (snapshots_.take_nudge()) maybe_snapshot(true);
         if (work) step();
+    }
+    // Embeddings still waiting for blocks when the engine stops.
+    std::lock_guard lk(inbox_mu_);
+    for (auto* list : {&embeds_, &embeds_waiting_}) {
+        for (auto& e : *list) e->finish({}, "the server is shutting down");
+        list->clear();
     }
 }
 

@@ -39,6 +39,11 @@ class Engine {
     std::shared_ptr<Request> submit(GenerateRequest request, std::string* error);
     // Stops a request; its blocks are freed within one step. Thread-safe.
     void cancel(uint64_t id);
+    // Queues an embedding of `tokens` (computed between steps, in chunks of
+    // the step's logit rows). Refuses an empty input or one longer than
+    // max_model_len. Thread-safe.
+    std::shared_ptr<Embedding> embed(std::vector<int32_t> tokens, Pooling pooling,
+                                     std::string* error);
 
     // Inline mode: takes queued submissions and cancels, runs one step.
     // Returns false if there was nothing to run.
@@ -62,6 +67,10 @@ class Engine {
 
   private:
     void drain_inbox();
+    // Runs the queued embeddings whose KV fits now; the others wait.
+    bool run_embeddings();
+    // false: the pool cannot hold it now (it waits for a later step).
+    bool run_embedding(Embedding& e);
     void run_step(const SchedulerOutput& out);
     // Constrained decoding: whether a sampling row of `out` has a grammar;
     // fills those rows' masks (one per sampling row, in batch order).
@@ -115,6 +124,9 @@ class Engine {
     std::condition_variable inbox_cv_;
     std::vector<std::shared_ptr<Request>> inbox_;
     std::vector<uint64_t> cancels_;
+    std::vector<std::shared_ptr<Embedding>> embeds_;  // guarded by inbox_mu_
+    std::vector<std::shared_ptr<Embedding>> embeds_waiting_;
+    Batch embed_batch_;
     std::atomic<uint64_t> next_id_{1};
     std::atomic<size_t> n_active_{0};
     bool stopping_ = false;   // guarded by inbox_mu_

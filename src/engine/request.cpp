@@ -34,4 +34,19 @@ bool Request::finished() const {
     return done_ && head_ == events_.size();
 }
 
+bool Embedding::wait(std::chrono::milliseconds timeout) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, timeout, [&] { return done_; });
+}
+
+void Embedding::finish(std::vector<float> v, std::string error) {
+    {
+        std::lock_guard lk(mu_);
+        vector_ = std::move(v);
+        error_ = std::move(error);
+        done_ = true;
+    }
+    cv_.notify_all();
+}
+
 }  // namespace headroom

@@ -41,6 +41,31 @@ struct TokenEvent {
     FinishReason finish = FinishReason::None;  // set on the last event
 };
 
+// How an embedding pools a sequence's final hidden states.
+enum class Pooling { Mean, Cls, Last };
+
+// One embedding asked of the engine: the engine thread computes it between
+// steps (the input's KV blocks are taken and given back at once), any one
+// reader waits for it.
+class Embedding {
+  public:
+    // Waits up to `timeout`; true once done (then vector() or error() holds it).
+    bool wait(std::chrono::milliseconds timeout);
+    const std::vector<float>& vector() const { return vector_; }  // (n_embd), not normalized
+    const std::string& error() const { return error_; }
+
+  private:
+    friend class Engine;
+    void finish(std::vector<float> v, std::string error);
+    std::vector<int32_t> tokens_;
+    Pooling pooling_ = Pooling::Mean;
+    std::vector<float> vector_;
+    std::string error_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool done_ = false;
+};
+
 // A submitted request: the engine thread fills it, any one reader drains it.
 class Request {
   public:

@@ -121,7 +121,7 @@ Runner::~Runner() {
     host.unreserve(Term::Activations, plan_.activations.logits_host.offset);
 }
 
-float* Runner::forward(const Batch& batch) {
+float* Runner::forward(const Batch& batch, bool hidden) {
     const auto n_tokens = static_cast<uint32_t>(batch.n_tokens());
     const auto n_rows = static_cast<uint32_t>(batch.logit_tokens.size());
     HR_CHECK(n_tokens <= plan_.activations.n_tokens && n_rows <= plan_.activations.n_logit_rows);
@@ -150,12 +150,13 @@ float* Runner::forward(const Batch& batch) {
         backend_.begin_step(step_);
         backend_.upload_in_step(buffers_.x, cpu_->host_view(cpu_buffers_.x),
                                 uint64_t{n_tokens} * model_.hparams().n_embd * sizeof(float));
-        model_.forward(step_, kv, buffers_, backend_, {k, n_layer, false, true});
+        model_.forward(step_, kv, buffers_, backend_, {k, n_layer, false, true, hidden});
     } else {
         backend_.begin_step(step_);
-        model_.forward(step_, kv, buffers_, backend_);
+        model_.forward(step_, kv, buffers_, backend_, hidden);
     }
-    float* logits = backend_.end_step(buffers_.logits, uint64_t{n_rows} * model_.hparams().n_vocab);
+    const uint64_t row = hidden ? model_.hparams().n_embd : model_.hparams().n_vocab;
+    float* logits = backend_.end_step(buffers_.logits, uint64_t{n_rows} * row);
     count_kv();
     return logits;
 }

@@ -65,7 +65,9 @@ class Runner {
     // n_vocab) in host memory, valid until the next call. Precondition: the
     // batch fits the arena (n_tokens <= max_num_batched_tokens, logit rows <=
     // max_logit_rows) and the cache has grown for its tokens.
-    float* forward(const Batch& batch);
+    // hidden: the rows' final hidden states instead, (rows, n_embd): what
+    // embeddings pool.
+    float* forward(const Batch& batch, bool hidden = false);
     float* sampler_scratch() const { return sampler_scratch_; }
     // Sets the KV term's allocated bytes in each device's ledger from the
     // blocks in use.

@@ -95,7 +95,7 @@ class Gemma3Model final : public Model {
             be.rmsnorm(buf.xb, l.post_ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb);
             be.add(buf.x, buf.xb, T * h.n_embd);
         }
-        if (part.output) output_logits(step, buf, be, 0.0f);
+        if (part.output) output_logits(step, buf, be, 0.0f, part);
     }
 };
 

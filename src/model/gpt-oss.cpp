@@ -88,7 +88,7 @@ class GptOssModel final : public Model {
             be.rmsnorm(buf.x, l.ffn_norm, 0.0f, h.rms_eps, T, h.n_embd, buf.xb);
             moe_ffn(l, step, buf, be);
         }
-        if (part.output) output_logits(step, buf, be, 0.0f);
+        if (part.output) output_logits(step, buf, be, 0.0f, part);
     }
 };
 

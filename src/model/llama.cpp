@@ -101,7 +101,7 @@ class LlamaModel final : public Model {
             project(be, buf.gate, T, {&l.w_down}, {buf.xb});
             be.add(buf.x, buf.xb, T * h.n_embd);
         }
-        if (part.output) output_logits(step, buf, be, 0.0f);
+        if (part.output) output_logits(step, buf, be, 0.0f, part);
     }
 };
 

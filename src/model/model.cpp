@@ -261,12 +261,13 @@ kernels::AttentionOp Model::attention_op(const ForwardBuffers& buf) const {
 
 // xb (n_rows, n_embd) = norm(x[logit_rows]); logits (n_rows, n_vocab) = xb @ output^T.
 void Model::output_logits(const kernels::StepView& step, const ForwardBuffers& buf,
-                          kernels::Backend& be, float norm_offset) const {
+                          kernels::Backend& be, float norm_offset, const ForwardPart& part) const {
     const int64_t n_rows = step.n_logit_rows;
     if (n_rows == 0) return;
     be.gather_rows(buf.x, hp_.n_embd, step, buf.xb);
-    be.rmsnorm(buf.xb, w_.output_norm, norm_offset, hp_.rms_eps, n_rows, hp_.n_embd, buf.xb);
-    project(be, buf.xb, n_rows, {&w_.output}, {buf.logits});
+    be.rmsnorm(buf.xb, w_.output_norm, norm_offset, hp_.rms_eps, n_rows, hp_.n_embd,
+               part.hidden ? buf.logits : buf.xb);
+    if (!part.hidden) project(be, buf.xb, n_rows, {&w_.output}, {buf.logits});
 }
 
 }  // namespace headroom

@@ -71,6 +71,9 @@ struct ForwardPart {
     uint32_t end_layer = 0;
     bool embed = true;
     bool output = true;
+    // With output: the logit rows' final hidden states (after the output
+    // norm), (n_logit_rows, n_embd) in buf.logits, in place of logits.
+    bool hidden = false;
 };
 
 class Model {
@@ -99,8 +102,8 @@ class Model {
                          const ForwardPart& part) const = 0;
     // All of the step, on a model that is not split.
     void forward(const kernels::StepView& step, const kernels::KvLayout& kv,
-                 const ForwardBuffers& buf, kernels::Backend& be) const {
-        forward(step, kv, buf, be, {0, hp_.n_layer, true, true});
+                 const ForwardBuffers& buf, kernels::Backend& be, bool hidden = false) const {
+        forward(step, kv, buf, be, {0, hp_.n_layer, true, true, hidden});
     }
 
   protected:
@@ -145,9 +148,9 @@ class Model {
     void moe_ffn(const LayerWeights& l, const kernels::StepView& step, const ForwardBuffers& buf,
                  kernels::Backend& be) const;
     // Gathers the rows that need logits, normalizes them, and projects them
-    // onto the vocabulary.
+    // onto the vocabulary (part.hidden: leaves them normalized in buf.logits).
     void output_logits(const kernels::StepView& step, const ForwardBuffers& buf,
-                       kernels::Backend& be, float norm_offset) const;
+                       kernels::Backend& be, float norm_offset, const ForwardPart& part) const;
 
     const gguf::GgufFile& file_;
     HParams hp_;

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "memory/report.h"
+#include "server/embeddings.h"
 #include "server/generation.h"
 #include "server/live-page.h"
 #include "server/page-assets.h"
@@ -35,7 +36,8 @@ class Listener : public httplib::Server {
 
 bool is_post_route(const std::string& path) {
     return path == "/v1/chat/completions" || path == "/v1/completions" ||
-           path == "/v1/responses" || path == "/v1/messages" || path == "/tokenize" ||
+           path == "/v1/responses" || path == "/v1/messages" || path == "/v1/embeddings" ||
+           path == "/tokenize" ||
            path == "/detokenize";
 }
 
@@ -395,6 +397,11 @@ void HttpServer::Impl::generation_routes() {
     http.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res,
                                      const httplib::ContentReader& reader) {
         post_generation(Api::AnthropicMessages, req, res, reader);
+    });
+    http.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res,
+                                       const httplib::ContentReader& reader) {
+        std::string body;
+        if (read_body(req, res, reader, body)) handle_embeddings(body, *ready_generation, res);
     });
 }
 

@@ -63,6 +63,8 @@ struct ServedModel {
     const ChatTemplate* chat_template = nullptr;
     // Compiles response_format schemas and tool grammars; null: refused.
     const GrammarCompiler* grammars = nullptr;
+    // How /v1/embeddings pools hidden states (the GGUF's pooling_type).
+    Pooling pooling = Pooling::Mean;
     std::vector<const Ledger*> ledgers;  // one per device (Backend::ledgers())
     std::string backend;                 // its name, for /v1/memory's traffic
     // memory_report_json() taken before the engine started; /v1/memory

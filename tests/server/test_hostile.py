@@ -289,7 +289,19 @@ with Server(["-m", model, "--api-key", KEY, "--max-body", "64KiB", "--max-model-
           code="model_not_found")
     check(server, "unknown model id", 404, "GET", "/v1/models/gpt-5", code="model_not_found")
     check(server, "unknown route GET", 404, "GET", "/v1/engines")
-    check(server, "unknown route POST", 404, "POST", "/v1/embeddings", {"input": "x"})
+    check(server, "unknown route POST", 404, "POST", "/v1/images/generations", {"prompt": "x"})
+    check(server, "embeddings without input", 400, "POST", "/v1/embeddings", {"model": "tiny"},
+          param="input")
+    check(server, "embeddings of an empty string list", 400, "POST", "/v1/embeddings",
+          {"input": [[]]}, param="input[0]")
+    check(server, "embeddings encoding_format hex", 400, "POST", "/v1/embeddings",
+          {"input": "x", "encoding_format": "hex"}, param="encoding_format")
+    check(server, "embeddings of too many inputs", 400, "POST", "/v1/embeddings",
+          {"input": ["x"] * 300}, param="input")
+    check(server, "embeddings longer than max_model_len", 400, "POST", "/v1/embeddings",
+          {"input": [[5] * (MAX_MODEL_LEN + 1)]}, param="input[0]", contains=["max_model_len"])
+    check(server, "embeddings of a known model", 200, "POST", "/v1/embeddings",
+          {"model": "tiny", "input": ["a", "b"]})
     # ---- The Responses and Messages APIs -------------------------------------------
     check(server, "responses without input", 400, "POST", "/v1/responses",
           {"model": "tiny", "max_output_tokens": 2}, param="input")

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """`headroom run --memory-report-json` on SmolLM2: for several configurations
 the predicted terms equal the ledger's reserved bytes exactly, and the
-ledger's total is within 3% of the process's measured RSS growth. Also:
+ledger's total is within 3% of the process's measured RSS growth, plus one
+2 MiB page: with transparent huge pages the kernel maps anonymous memory in
+2 MiB pages, so RSS moves in steps that size whatever was allocated. Also:
 q8_0 KV takes 68/128 of f16's bytes per token (two 34-byte blocks per
 64-element row instead of 128 bytes), so the KV term halves within block
 rounding."""
@@ -34,9 +36,12 @@ for i, flags in enumerate(CONFIGS):
                 f"{flags}: {term} predicted {pred} != reserved {r['terms'][term]['reserved_bytes']}")
     growth = r["rss_growth_bytes"]
     err = (growth - reserved) / reserved
+    slack = 0.03 + 2 * 2**20 / reserved
     print(f"{' '.join(flags):55s} ledger {reserved / 2**20:8.1f} MiB  RSS growth {growth / 2**20:8.1f} MiB  "
           f"({err * 100:+.2f}%)")
-    fail_if(abs(err) > 0.03, f"{flags}: RSS growth {growth} is {err * 100:.1f}% off the ledger's {reserved}")
+    fail_if(abs(err) > slack,
+            f"{flags}: RSS growth {growth} is {err * 100:.1f}% off the ledger's {reserved} "
+            f"(allowed: {slack * 100:.1f}%)")
 
 f16, q8 = reports[0], reports[1]
 ratio = q8["kv_bytes_per_token"] / f16["kv_bytes_per_token"]

@@ -14,17 +14,7 @@ using Error = std::optional<ApiError>;
 
 namespace {
 
-const json* find(const json& obj, const char* key) {
-    const auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return nullptr;
-    return &*it;
-}
-
-ApiError unsupported(const std::string& param, const std::string& what) {
-    ApiError e = bad_request(param, what + " is not supported by this server");
-    e.code = "unsupported_parameter";
-    return e;
-}
+const json* find(const json& obj, const char* key) { return find_field(obj, key); }
 
 // Text blocks (or a string) joined with newlines.
 Error block_text(const json& content, const std::string& param, std::string& out) {

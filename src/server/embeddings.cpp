@@ -125,20 +125,12 @@ void handle_embeddings(const std::string& body, const GenerationContext& ctx,
     try {
         EmbedRequest r;
         if (auto e = parse(body, *ctx.model.tokenizer, r)) return set_error(res, *e);
-        if (!r.model.empty() && r.model != ctx.model.name) {
-            ApiError e = bad_request("model", fmt::format("the model '{}' does not exist; this "
-                                                          "server serves '{}'",
-                                                          r.model, ctx.model.name));
-            e.status = 404;
-            e.code = "model_not_found";
-            return set_error(res, e);
-        }
+        if (!r.model.empty() && r.model != ctx.model.name)
+            return set_error(res, model_not_found(r.model, ctx.model.name));
         if (ctx.n_in_flight.fetch_add(1) >= ctx.config.max_queued) {
             ctx.n_in_flight.fetch_sub(1);
-            ApiError e = bad_request("", "the server's queue is full (--max-queued): retry later");
-            e.status = 503;
-            e.code = "queue_full";
-            return set_error(res, e);
+            res.set_header("Retry-After", std::to_string(ctx.config.retry_after_s));
+            return set_error(res, queue_full(ctx.config));
         }
         Seat seat{ctx.n_in_flight};
         std::vector<std::shared_ptr<Embedding>> jobs;

@@ -16,6 +16,18 @@ namespace headroom::server {
 
 using json = nlohmann::json;
 
+ApiError queue_full(const ServeConfig& config) {
+    ApiError e;
+    e.status = 503;
+    e.type = "server_error";
+    e.code = "queue_full";
+    e.message = fmt::format(
+        "the server has {} requests waiting or running, the most --max-queued allows: retry "
+        "later",
+        config.max_queued);
+    return e;
+}
+
 void set_error(httplib::Response& res, const ApiError& error, Api api) {
     res.status = error.status;
     res.set_content(api == Api::AnthropicMessages ? anthropic_error_body(error) : error_body(error),
@@ -270,17 +282,6 @@ std::optional<AnswerShape> answer_shape(const GenerationSpec& spec, ToolFormat f
     return AnswerShape{format, calls, think_open, may_think};
 }
 
-ApiError queue_full(const ServeConfig& config) {
-    ApiError e;
-    e.status = 503;
-    e.type = "server_error";
-    e.code = "queue_full";
-    e.message = fmt::format(
-        "the server has {} requests waiting or running, the most --max-queued allows: retry "
-        "later",
-        config.max_queued);
-    return e;
-}
 
 ApiError shutting_down() {
     ApiError e;
@@ -327,15 +328,8 @@ void handle(Api api, const std::string& body, const GenerationContext& ctx,
     GenerationSpec spec;
     json echo;
     if (auto e = parse_request(api, body, spec, echo)) return fail(*e);
-    if (!spec.model.empty() && spec.model != ctx.model.name) {
-        ApiError e = bad_request("model", fmt::format("the model '{}' does not exist; this server "
-                                                      "serves '{}'",
-                                                      spec.model, ctx.model.name));
-        e.status = 404;
-        e.code = "model_not_found";
-        e.type = "not_found_error";
-        return fail(e);
-    }
+    if (!spec.model.empty() && spec.model != ctx.model.name)
+        return fail(model_not_found(spec.model, ctx.model.name));
     // A draining server still takes what arrives until it closes its socket:
     // routers see /health fail and stop sending; what they sent meanwhile
     // finishes instead of failing.

@@ -36,6 +36,9 @@ struct GenerationContext {
 void handle_generation(Api api, const std::string& body, const GenerationContext& ctx,
                        httplib::Response& res);
 
+// 503 for a request beyond --max-queued waiting or running ones.
+ApiError queue_full(const ServeConfig& config);
+
 // Sets `res` to the error's status and the API's error JSON (OpenAI's, or
 // Anthropic's for /v1/messages).
 void set_error(httplib::Response& res, const ApiError& error, Api api = Api::ChatCompletions);

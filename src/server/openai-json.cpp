@@ -27,6 +27,27 @@ ApiError bad_request(std::string param, std::string message) {
     return e;
 }
 
+ApiError unsupported(const std::string& param, const std::string& what) {
+    ApiError e = bad_request(param, what + " is not supported by this server");
+    e.code = "unsupported_parameter";
+    return e;
+}
+
+ApiError model_not_found(const std::string& asked, const std::string& served) {
+    ApiError e = bad_request(
+        "model", fmt::format("the model '{}' does not exist; this server serves '{}'", asked,
+                             served));
+    e.status = 404;
+    e.code = "model_not_found";
+    return e;
+}
+
+const json* find_field(const json& obj, const char* key) {
+    const auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return nullptr;
+    return &*it;
+}
+
 json error_json(const ApiError& e) {
     return {{"error",
              {{"message", e.message},
@@ -49,11 +70,7 @@ namespace {
 // Each reads one optional field of a JSON object: absent or null leaves `out`
 // alone; a value of the wrong type or out of range is an error naming the field.
 
-const json* find(const json& obj, const char* key) {
-    const auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return nullptr;
-    return &*it;
-}
+const json* find(const json& obj, const char* key) { return find_field(obj, key); }
 
 std::string describe(const json& v) {
     if (v.is_number() || v.is_boolean()) return fmt::format("{} {}", v.type_name(), dump(v));
@@ -118,12 +135,6 @@ Error read_string(const json& obj, const char* key, std::string& out) {
     if (!v->is_string()) return wrong_type(key, "a string", *v);
     out = v->get<std::string>();
     return std::nullopt;
-}
-
-ApiError unsupported(const std::string& param, const std::string& what) {
-    ApiError e = bad_request(param, what + " is not supported by this server");
-    e.code = "unsupported_parameter";
-    return e;
 }
 
 // ---- Messages and prompts ------------------------------------------------------

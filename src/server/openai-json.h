@@ -44,6 +44,12 @@ struct ApiError {
 };
 
 ApiError bad_request(std::string param, std::string message);
+// 400 for a field or value this server does not implement.
+ApiError unsupported(const std::string& param, const std::string& what);
+// 404 for a request that names another model than the one served.
+ApiError model_not_found(const std::string& asked, const std::string& served);
+// A field of a JSON object; null when absent or JSON null (OpenAI reads null as absent).
+const nlohmann::json* find_field(const nlohmann::json& obj, const char* key);
 nlohmann::json error_json(const ApiError& error);
 // The body to send: error_json(error) serialized.
 std::string error_body(const ApiError& error);

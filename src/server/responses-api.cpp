@@ -14,17 +14,7 @@ using Error = std::optional<ApiError>;
 
 namespace {
 
-const json* find(const json& obj, const char* key) {
-    const auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return nullptr;
-    return &*it;
-}
-
-ApiError unsupported(const std::string& param, const std::string& what) {
-    ApiError e = bad_request(param, what + " is not supported by this server");
-    e.code = "unsupported_parameter";
-    return e;
-}
+const json* find(const json& obj, const char* key) { return find_field(obj, key); }
 
 // The text of a content given as a string or as parts (input_text,
 // output_text, text), joined with newlines.
@@ -309,22 +299,7 @@ class ResponsesWire final : public Wire {
 
     void content(uint32_t, const std::string& text, json, std::string& out) override {
         if (text.empty()) return;
-        if (message_ < 0) {
-            message_ = static_cast<int>(items_.size());
-            items_.push_back({{"type", "message"},
-                              {"id", random_id("msg")},
-                              {"status", "in_progress"},
-                              {"role", "assistant"},
-                              {"content", json::array()}});
-            event("response.output_item.added",
-                  {{"output_index", message_}, {"item", items_.back()}}, out);
-            event("response.content_part.added",
-                  {{"item_id", items_.back()["id"]},
-                   {"output_index", message_},
-                   {"content_index", 0},
-                   {"part", text_part("")}},
-                  out);
-        }
+        if (message_ < 0) open_message(out);
         text_ += text;
         event("response.output_text.delta",
               {{"item_id", items_[message_]["id"]},
@@ -371,17 +346,9 @@ class ResponsesWire final : public Wire {
         ChoiceOutput& c = choices.at(0);
         std::string ignored;
         if (!c.reasoning.empty()) reasoning(0, c.reasoning, ignored);
-        if (!c.text.empty() || c.calls.empty()) {
-            content(0, c.text, nullptr, ignored);
-            if (c.text.empty()) {  // an empty answer is still a message
-                message_ = static_cast<int>(items_.size());
-                items_.push_back({{"type", "message"},
-                                  {"id", random_id("msg")},
-                                  {"status", "in_progress"},
-                                  {"role", "assistant"},
-                                  {"content", json::array()}});
-            }
-        }
+        // An empty answer without calls is still a message.
+        if (c.text.empty() && c.calls.empty()) open_message(ignored);
+        content(0, c.text, nullptr, ignored);
         for (size_t i = 0; i < c.calls.size(); ++i) call(0, c.calls[i], i, ignored);
         finish(0, c.finish, !c.calls.empty(), ignored);
         return response(status(), usage, true);
@@ -402,6 +369,23 @@ class ResponsesWire final : public Wire {
                 {"name", call.name},
                 {"arguments", call.arguments},
                 {"status", "completed"}};
+    }
+
+    void open_message(std::string& out) {
+        message_ = static_cast<int>(items_.size());
+        items_.push_back({{"type", "message"},
+                          {"id", random_id("msg")},
+                          {"status", "in_progress"},
+                          {"role", "assistant"},
+                          {"content", json::array()}});
+        event("response.output_item.added", {{"output_index", message_}, {"item", items_.back()}},
+              out);
+        event("response.content_part.added",
+              {{"item_id", items_.back()["id"]},
+               {"output_index", message_},
+               {"content_index", 0},
+               {"part", text_part("")}},
+              out);
     }
 
     void close_message(std::string& out) {

@@ -41,8 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         GenerationSpec spec;
         if (parse_generation_request(body, endpoint, spec)) continue;
         auto grammar = spec.grammar ? spec.grammar
-                                    : tool_grammar(ToolFormat::Hermes, spec.tools,
-                                                   spec.tool_choice, spec.parallel_tool_calls);
+                                    : tool_grammar(ToolFormat::Hermes, spec.tools, spec.tool_choice,
+                                                   spec.parallel_tool_calls);
         if (grammar) {
             std::string why;
             (void)compiler().compile(*grammar, &why);

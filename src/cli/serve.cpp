@@ -169,7 +169,8 @@ void serve(ServeOptions& o) {
                http.port(), o.engine.model);
 
     InstanceOptions io = instance_options(o.engine, 32);
-    io.settings.config.grammar_cache_bytes = parse_bytes_or_throw(o.grammar_cache, "--grammar-cache");
+    io.settings.config.grammar_cache_bytes =
+        parse_bytes_or_throw(o.grammar_cache, "--grammar-cache");
     io.progress = !o.quiet;
     Instance inst(o.engine.model);
     inst.load(io);
@@ -189,7 +190,8 @@ void serve(ServeOptions& o) {
     served.pooling = pooling == 2u ? Pooling::Cls : pooling == 3u ? Pooling::Last : Pooling::Mean;
     std::optional<GrammarCompiler> grammars;
     if (runner.plan().config.grammar_cache_bytes)
-        served.grammars = &grammars.emplace(inst.tokenizer(), runner.plan().config.grammar_cache_bytes);
+        served.grammars =
+            &grammars.emplace(inst.tokenizer(), runner.plan().config.grammar_cache_bytes);
     served.ledgers = inst.backend().ledgers();
     served.backend = inst.backend().name();
     served.max_model_len = runner.plan().config.max_model_len;

@@ -149,8 +149,8 @@ std::shared_ptr<Embedding> Engine::embed(std::vector<int32_t> tokens, Pooling po
         return nullptr;
     }
     if (tokens.size() > max_model_len()) {
-        *error = fmt::format("the input is {} tokens, more than max_model_len ({})",
-                             tokens.size(), max_model_len());
+        *error = fmt::format("the input is {} tokens, more than max_model_len ({})", tokens.size(),
+                             max_model_len());
         return nullptr;
     }
     for (int32_t t : tokens)
@@ -201,10 +201,10 @@ bool Engine::run_embedding(Embedding& e) {
         if (!runner_.cache().grow(seq, c1 - c0)) {
             runner_.cache().free(seq);
             if (n_active_.load() > 0) return false;  // blocks come back as requests finish
-            e.finish({}, fmt::format("the input needs the KV of {} tokens; the pool holds "
-                                     "{} blocks of {}",
-                                     n, runner_.cache().n_blocks_total(),
-                                     runner_.cache().block_size()));
+            e.finish(
+                {}, fmt::format("the input needs the KV of {} tokens; the pool holds "
+                                "{} blocks of {}",
+                                n, runner_.cache().n_blocks_total(), runner_.cache().block_size()));
             return true;
         }
         embed_batch_.clear();

@@ -2,10 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <xgrammar/xgrammar.h>
 #include <algorithm>
 #include <array>
 #include <limits>
-#include <xgrammar/xgrammar.h>
 
 #include "tokenizer/tokenizer.h"
 
@@ -17,7 +17,9 @@ struct CompiledGrammar::Impl {
 
 CompiledGrammar::CompiledGrammar(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CompiledGrammar::~CompiledGrammar() = default;
-size_t CompiledGrammar::memory_bytes() const { return impl_->grammar.MemorySizeBytes(); }
+size_t CompiledGrammar::memory_bytes() const {
+    return impl_->grammar.MemorySizeBytes();
+}
 
 namespace {
 
@@ -45,8 +47,7 @@ std::string choice_regex(const std::vector<std::string>& choices) {
         if (i) out += '|';
         out += '(';
         for (const char c : choices[i]) {
-            if (std::string_view("\\^$.|?*+()[]{}/").find(c) != std::string_view::npos)
-                out += '\\';
+            if (std::string_view("\\^$.|?*+()[]{}/").find(c) != std::string_view::npos) out += '\\';
             out += c;
         }
         out += ')';
@@ -55,9 +56,16 @@ std::string choice_regex(const std::vector<std::string>& choices) {
 }
 
 std::string find_unsupported(const nlohmann::json& schema, const std::string& path, int depth) {
-    static constexpr std::array<std::string_view, 10> kIgnored = {
-        "not",         "if",       "then",        "else",        "dependentRequired",
-        "dependentSchemas", "uniqueItems", "contains", "minContains", "maxContains"};
+    static constexpr std::array<std::string_view, 10> kIgnored = {"not",
+                                                                  "if",
+                                                                  "then",
+                                                                  "else",
+                                                                  "dependentRequired",
+                                                                  "dependentSchemas",
+                                                                  "uniqueItems",
+                                                                  "contains",
+                                                                  "minContains",
+                                                                  "maxContains"};
     if (!schema.is_object() || depth > 64) return "";
     for (const auto& [key, value] : schema.items()) {
         if (std::find(kIgnored.begin(), kIgnored.end(), key) != kIgnored.end())
@@ -136,9 +144,9 @@ GrammarSpec after_reasoning(const GrammarSpec& spec, bool open) {
     elements.push_back(constraint);
     GrammarSpec out;
     out.kind = GrammarSpec::Kind::StructuralTag;
-    out.text = json{{"type", "structural_tag"},
-                    {"format", {{"type", "sequence"}, {"elements", elements}}}}
-                   .dump();
+    out.text =
+        json{{"type", "structural_tag"}, {"format", {{"type", "sequence"}, {"elements", elements}}}}
+            .dump();
     return out;
 }
 
@@ -263,8 +271,12 @@ void GrammarState::fill_mask(std::span<uint32_t> mask) {
     impl_->matcher.FillNextTokenBitmask(&t, 0);
 }
 
-bool GrammarState::accept(int32_t token) { return impl_->matcher.AcceptToken(token); }
+bool GrammarState::accept(int32_t token) {
+    return impl_->matcher.AcceptToken(token);
+}
 
-bool GrammarState::terminated() const { return impl_->matcher.IsTerminated(); }
+bool GrammarState::terminated() const {
+    return impl_->matcher.IsTerminated();
+}
 
 }  // namespace headroom

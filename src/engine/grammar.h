@@ -107,7 +107,9 @@ class GrammarCompiler {
 };
 
 // 32-bit words of a mask over n_vocab tokens: bit t % 32 of word t / 32.
-inline size_t mask_words(int32_t n_vocab) { return (static_cast<size_t>(n_vocab) + 31) / 32; }
+inline size_t mask_words(int32_t n_vocab) {
+    return (static_cast<size_t>(n_vocab) + 31) / 32;
+}
 
 // Sets logits[t] = -inf wherever bit t of `mask` is 0.
 void apply_mask(std::span<float> logits, std::span<const uint32_t> mask);

@@ -66,8 +66,8 @@ std::vector<double> latency_buckets() {
 }
 // A token mask takes microseconds to milliseconds.
 std::vector<double> mask_buckets() {
-    return {5e-6, 1e-5, 2e-5, 3e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4, 5e-4,
-            7.5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1};
+    return {5e-6, 1e-5,   2e-5, 3e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4,
+            5e-4, 7.5e-4, 1e-3, 2e-3, 5e-3, 1e-2,   2e-2, 5e-2,   0.1};
 }
 }  // namespace
 

@@ -14,7 +14,9 @@ using Error = std::optional<ApiError>;
 
 namespace {
 
-const json* find(const json& obj, const char* key) { return find_field(obj, key); }
+const json* find(const json& obj, const char* key) {
+    return find_field(obj, key);
+}
 
 // Text blocks (or a string) joined with newlines.
 Error block_text(const json& content, const std::string& param, std::string& out) {
@@ -68,15 +70,14 @@ Error convert_message(const json& m, const std::string& param, json& messages) {
             const json* name = find(b, "name");
             const json* input = find(b, "input");
             if (!id || !id->is_string()) return bad_request(bp + ".id", "required, a string");
-            if (!name || !name->is_string())
-                return bad_request(bp + ".name", "required, a string");
+            if (!name || !name->is_string()) return bad_request(bp + ".name", "required, a string");
             if (input && !input->is_object())
                 return bad_request(bp + ".input", "must be an object");
-            calls.push_back({{"id", *id},
-                             {"type", "function"},
-                             {"function",
-                              {{"name", *name},
-                               {"arguments", input ? input->dump() : std::string("{}")}}}});
+            calls.push_back(
+                {{"id", *id},
+                 {"type", "function"},
+                 {"function",
+                  {{"name", *name}, {"arguments", input ? input->dump() : std::string("{}")}}}});
         } else if (t == "tool_result" && *role == "user") {
             const json* id = find(b, "tool_use_id");
             if (!id || !id->is_string())
@@ -256,8 +257,7 @@ class AnthropicWire final : public Wire {
                {"content_block", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}},
               out);
         event("content_block_delta",
-              {{"index", index}, {"delta", {{"type", "thinking_delta"}, {"thinking", text}}}},
-              out);
+              {{"index", index}, {"delta", {{"type", "thinking_delta"}, {"thinking", text}}}}, out);
         event("content_block_stop", {{"index", index}}, out);
         blocks_.push_back({{"type", "thinking"}, {"thinking", text}, {"signature", ""}});
     }
@@ -280,11 +280,12 @@ class AnthropicWire final : public Wire {
         close_text(out);
         const size_t index = blocks_.size();
         const std::string id = "toolu_" + call.id.substr(call.id.find('_') + 1);
-        event("content_block_start",
-              {{"index", index},
-               {"content_block",
-                {{"type", "tool_use"}, {"id", id}, {"name", call.name}, {"input", json::object()}}}},
-              out);
+        event(
+            "content_block_start",
+            {{"index", index},
+             {"content_block",
+              {{"type", "tool_use"}, {"id", id}, {"name", call.name}, {"input", json::object()}}}},
+            out);
         event("content_block_delta",
               {{"index", index},
                {"delta", {{"type", "input_json_delta"}, {"partial_json", call.arguments}}}},
@@ -292,7 +293,8 @@ class AnthropicWire final : public Wire {
         event("content_block_stop", {{"index", index}}, out);
         json input = json::parse(call.arguments, nullptr, false);
         if (input.is_discarded()) input = json::object();
-        blocks_.push_back({{"type", "tool_use"}, {"id", id}, {"name", call.name}, {"input", input}});
+        blocks_.push_back(
+            {{"type", "tool_use"}, {"id", id}, {"name", call.name}, {"input", input}});
     }
 
     void finish(uint32_t, FinishReason reason, bool called, std::string& out) override {

@@ -70,8 +70,8 @@ std::optional<ApiError> parse(const std::string& body, const Tokenizer& tokenize
         r.inputs.push_back(text(*input));
     } else if (input->is_array() && !input->empty()) {
         if (input->size() > kMaxInputs)
-            return bad_request("input", fmt::format("at most {} inputs, got {}", kMaxInputs,
-                                                    input->size()));
+            return bad_request("input",
+                               fmt::format("at most {} inputs, got {}", kMaxInputs, input->size()));
         if ((*input)[0].is_number()) {
             r.inputs.emplace_back();
             if (auto e = read_ids(*input, "input", r.inputs.back())) return e;
@@ -147,19 +147,19 @@ void handle_embeddings(const std::string& body, const GenerationContext& ctx,
             while (!jobs[i]->wait(kPollInterval))
                 if (ctx.draining.load() && !ctx.model.engine->accepting()) break;
             if (!jobs[i]->wait(std::chrono::milliseconds(0)) || !jobs[i]->error().empty()) {
-                ApiError e = bad_request(fmt::format("input[{}]", i),
-                                         jobs[i]->error().empty() ? "the server is shutting down"
-                                                                  : jobs[i]->error());
+                ApiError e = bad_request(
+                    fmt::format("input[{}]", i),
+                    jobs[i]->error().empty() ? "the server is shutting down" : jobs[i]->error());
                 e.status = jobs[i]->error().empty() ? 503 : 400;
                 return set_error(res, e);
             }
             std::vector<float> v = jobs[i]->vector();
             if (r.dimensions) {
                 if (r.dimensions > v.size())
-                    return set_error(res, bad_request("dimensions",
-                                                      fmt::format("the model's embeddings have {} "
-                                                                  "dimensions",
-                                                                  v.size())));
+                    return set_error(
+                        res, bad_request("dimensions", fmt::format("the model's embeddings have {} "
+                                                                   "dimensions",
+                                                                   v.size())));
                 v.resize(r.dimensions);
             }
             if (r.normalize) {
@@ -174,11 +174,12 @@ void handle_embeddings(const std::string& body, const GenerationContext& ctx,
                             {"embedding", r.base64 ? json(base64(v)) : json(v)}});
         }
         res.status = 200;
-        res.set_content(dump({{"object", "list"},
-                              {"data", std::move(data)},
-                              {"model", ctx.model.name},
-                              {"usage", {{"prompt_tokens", n_tokens}, {"total_tokens", n_tokens}}}}),
-                        "application/json");
+        res.set_content(
+            dump({{"object", "list"},
+                  {"data", std::move(data)},
+                  {"model", ctx.model.name},
+                  {"usage", {{"prompt_tokens", n_tokens}, {"total_tokens", n_tokens}}}}),
+            "application/json");
     } catch (const std::exception& e) {
         ApiError err;
         err.status = 500;

@@ -124,7 +124,7 @@ class Generation {
 
   private:
     struct Choice {
-        std::string text;  // streaming: not yet sent; else the whole output
+        std::string text;                      // streaming: not yet sent; else the whole output
         std::optional<AnswerSplitter> answer;  // reasoning and tool calls split off
         std::string reasoning;                 // as text
         std::vector<ToolCall> calls;           // streaming: not yet sent
@@ -282,7 +282,6 @@ std::optional<AnswerShape> answer_shape(const GenerationSpec& spec, ToolFormat f
     return AnswerShape{format, calls, think_open, may_think};
 }
 
-
 ApiError shutting_down() {
     ApiError e;
     e.status = 503;
@@ -353,8 +352,8 @@ void handle(Api api, const std::string& body, const GenerationContext& ctx,
         return fail(*e);
 
     const ToolFormat format = detect_tool_format(ctx.model.chat_template->text());
-    const std::optional<AnswerShape> shape = answer_shape(spec, format, *ctx.model.chat_template,
-                                                          *ctx.model.tokenizer, prompt.tokens);
+    const std::optional<AnswerShape> shape =
+        answer_shape(spec, format, *ctx.model.chat_template, *ctx.model.tokenizer, prompt.tokens);
     std::shared_ptr<const CompiledGrammar> grammar;
     if (auto e = compile_grammar(spec, format, shape, ctx, grammar)) return fail(*e);
 
@@ -378,8 +377,8 @@ void handle(Api api, const std::string& body, const GenerationContext& ctx,
         res.set_header("X-Headroom-Dropped-Prompt-Tokens",
                        std::to_string(prompt.truncation.n_dropped_tokens));
     auto wire = make_wire(api, spec, prompt.truncation, ctx.model.name, std::move(echo), n_prompt);
-    auto gen = std::make_shared<Generation>(ctx, spec, std::move(submitted), std::move(seat),
-                                            shape, std::move(wire));
+    auto gen = std::make_shared<Generation>(ctx, spec, std::move(submitted), std::move(seat), shape,
+                                            std::move(wire));
     if (spec.stream) res.set_header("Cache-Control", "no-cache");
     res.status = 200;
     res.set_chunked_content_provider(

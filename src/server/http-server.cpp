@@ -35,9 +35,8 @@ class Listener : public httplib::Server {
 };
 
 bool is_post_route(const std::string& path) {
-    return path == "/v1/chat/completions" || path == "/v1/completions" ||
-           path == "/v1/responses" || path == "/v1/messages" || path == "/v1/embeddings" ||
-           path == "/tokenize" ||
+    return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/responses" ||
+           path == "/v1/messages" || path == "/v1/embeddings" || path == "/tokenize" ||
            path == "/detokenize";
 }
 
@@ -152,7 +151,7 @@ httplib::Server::HandlerResponse HttpServer::Impl::pre_route(const httplib::Requ
                                         auth.empty() && x_api_key.empty()
                                             ? "missing API key: send the header "
                                               "'Authorization: Bearer <key>'"
-                                                     : "invalid API key",
+                                            : "invalid API key",
                                         "invalid_api_key"));
             return R::Handled;
         }
@@ -166,8 +165,7 @@ httplib::Server::HandlerResponse HttpServer::Impl::pre_route(const httplib::Requ
     return R::Unhandled;
 }
 
-void HttpServer::Impl::post_generation(Api api, const httplib::Request& req,
-                                       httplib::Response& res,
+void HttpServer::Impl::post_generation(Api api, const httplib::Request& req, httplib::Response& res,
                                        const httplib::ContentReader& reader) {
     std::string body;
     if (read_body(req, res, reader, body)) handle_generation(api, body, *ready_generation, res);

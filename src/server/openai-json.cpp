@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
-#include <chrono>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -35,8 +35,8 @@ ApiError unsupported(const std::string& param, const std::string& what) {
 
 ApiError model_not_found(const std::string& asked, const std::string& served) {
     ApiError e = bad_request(
-        "model", fmt::format("the model '{}' does not exist; this server serves '{}'", asked,
-                             served));
+        "model",
+        fmt::format("the model '{}' does not exist; this server serves '{}'", asked, served));
     e.status = 404;
     e.code = "model_not_found";
     return e;
@@ -70,7 +70,9 @@ namespace {
 // Each reads one optional field of a JSON object: absent or null leaves `out`
 // alone; a value of the wrong type or out of range is an error naming the field.
 
-const json* find(const json& obj, const char* key) { return find_field(obj, key); }
+const json* find(const json& obj, const char* key) {
+    return find_field(obj, key);
+}
 
 std::string describe(const json& v) {
     if (v.is_number() || v.is_boolean()) return fmt::format("{} {}", v.type_name(), dump(v));
@@ -368,12 +370,12 @@ Error read_sampling(const json& body, GenerationSpec& spec) {
     if (const json* bias = find(body, "logit_bias")) {
         if (!bias->is_object()) return wrong_type("logit_bias", "an object", *bias);
         if (bias->size() > 1024)
-            return bad_request("logit_bias", fmt::format("at most 1024 tokens, got {}", bias->size()));
+            return bad_request("logit_bias",
+                               fmt::format("at most 1024 tokens, got {}", bias->size()));
         for (const auto& [key, value] : bias->items()) {
             const std::string param = fmt::format("logit_bias.{}", key);
             int64_t token = -1;
-            const auto [end, ec] =
-                std::from_chars(key.data(), key.data() + key.size(), token);
+            const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), token);
             if (ec != std::errc() || end != key.data() + key.size() || token < 0 ||
                 token > std::numeric_limits<int32_t>::max())
                 return bad_request(param, "keys must be token ids (decimal integers)");
@@ -575,9 +577,13 @@ Error read_tools(const json& body, GenerationSpec& spec) {
     if (const json* choice = find(body, "tool_choice")) {
         if (choice->is_string()) {
             const std::string c = choice->get<std::string>();
-            if (c == "none") spec.tool_choice.mode = ToolChoiceMode::None;
-            else if (c == "auto") spec.tool_choice.mode = spec.tools.empty() ? ToolChoiceMode::None : ToolChoiceMode::Auto;
-            else if (c == "required") spec.tool_choice.mode = ToolChoiceMode::Required;
+            if (c == "none")
+                spec.tool_choice.mode = ToolChoiceMode::None;
+            else if (c == "auto")
+                spec.tool_choice.mode =
+                    spec.tools.empty() ? ToolChoiceMode::None : ToolChoiceMode::Auto;
+            else if (c == "required")
+                spec.tool_choice.mode = ToolChoiceMode::Required;
             else
                 return bad_request("tool_choice",
                                    fmt::format("'{}' is not one of none, auto, required, or a "
@@ -590,13 +596,13 @@ Error read_tools(const json& body, GenerationSpec& spec) {
                 return bad_request("tool_choice.function.name", "required, and must be a string");
             spec.tool_choice.mode = ToolChoiceMode::Named;
             spec.tool_choice.name = name->get<std::string>();
-            const bool known = std::any_of(spec.tools.begin(), spec.tools.end(), [&](const Tool& t) {
-                return t.name == spec.tool_choice.name;
-            });
+            const bool known =
+                std::any_of(spec.tools.begin(), spec.tools.end(),
+                            [&](const Tool& t) { return t.name == spec.tool_choice.name; });
             if (!known)
-                return bad_request("tool_choice.function.name",
-                                   fmt::format("'{}' is not one of the request's tools",
-                                               spec.tool_choice.name));
+                return bad_request(
+                    "tool_choice.function.name",
+                    fmt::format("'{}' is not one of the request's tools", spec.tool_choice.name));
         } else {
             return wrong_type("tool_choice", "a string or a function object", *choice);
         }
@@ -613,8 +619,7 @@ Error read_tools(const json& body, GenerationSpec& spec) {
 
 Error read_template_kwargs(const json& body, GenerationSpec& spec) {
     if (const json* kwargs = find(body, "chat_template_kwargs")) {
-        if (!kwargs->is_object())
-            return wrong_type("chat_template_kwargs", "an object", *kwargs);
+        if (!kwargs->is_object()) return wrong_type("chat_template_kwargs", "an object", *kwargs);
         spec.template_kwargs = nlohmann::ordered_json::parse(dump(*kwargs));
     }
     if (const json* effort = find(body, "reasoning_effort")) {

@@ -14,7 +14,9 @@ using Error = std::optional<ApiError>;
 
 namespace {
 
-const json* find(const json& obj, const char* key) { return find_field(obj, key); }
+const json* find(const json& obj, const char* key) {
+    return find_field(obj, key);
+}
 
 // The text of a content given as a string or as parts (input_text,
 // output_text, text), joined with newlines.
@@ -204,15 +206,14 @@ std::optional<ApiError> parse_responses_request(std::string_view body, Generatio
     if (find(j, "conversation"))
         return unsupported("conversation", "conversation (this server stores no conversations)");
     json chat = json::object();
-    for (const char* key : {"model", "temperature", "top_p", "stream", "seed",
-                            "parallel_tool_calls", "tool_choice", "top_k", "min_p",
-                            "repetition_penalty", "presence_penalty", "frequency_penalty"})
+    for (const char* key :
+         {"model", "temperature", "top_p", "stream", "seed", "parallel_tool_calls", "tool_choice",
+          "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"})
         if (const json* v = find(j, key)) chat[key] = *v;
     if (const json* v = find(j, "max_output_tokens")) chat["max_tokens"] = *v;
     json messages = json::array();
     if (const json* instructions = find(j, "instructions")) {
-        if (!instructions->is_string())
-            return bad_request("instructions", "must be a string");
+        if (!instructions->is_string()) return bad_request("instructions", "must be a string");
         messages.push_back({{"role", "system"}, {"content", *instructions}});
     }
     const json* input = find(j, "input");
@@ -242,17 +243,16 @@ std::optional<ApiError> parse_responses_request(std::string_view body, Generatio
     echo["temperature"] = spec.sampling.temperature;
     echo["top_p"] = spec.sampling.top_p;
     echo["tools"] = j.contains("tools") && j["tools"].is_array() ? j["tools"] : json::array();
-    echo["tool_choice"] = j.contains("tool_choice") && !j["tool_choice"].is_null()
-                              ? j["tool_choice"]
-                              : json("auto");
+    echo["tool_choice"] =
+        j.contains("tool_choice") && !j["tool_choice"].is_null() ? j["tool_choice"] : json("auto");
     echo["text"] = j.contains("text") && j["text"].is_object()
                        ? j["text"]
                        : json{{"format", {{"type", "text"}}}};
     echo["reasoning"] = j.contains("reasoning") && j["reasoning"].is_object()
                             ? j["reasoning"]
                             : json{{"effort", nullptr}, {"summary", nullptr}};
-    echo["metadata"] = j.contains("metadata") && j["metadata"].is_object() ? j["metadata"]
-                                                                           : json::object();
+    echo["metadata"] =
+        j.contains("metadata") && j["metadata"].is_object() ? j["metadata"] : json::object();
     return std::nullopt;
 }
 
@@ -284,11 +284,15 @@ class ResponsesWire final : public Wire {
                      {"status", "in_progress"}};
         event("response.output_item.added", {{"output_index", index}, {"item", item}}, out);
         event("response.reasoning_text.delta",
-              {{"item_id", item["id"]}, {"output_index", index}, {"content_index", 0},
+              {{"item_id", item["id"]},
+               {"output_index", index},
+               {"content_index", 0},
                {"delta", text}},
               out);
         event("response.reasoning_text.done",
-              {{"item_id", item["id"]}, {"output_index", index}, {"content_index", 0},
+              {{"item_id", item["id"]},
+               {"output_index", index},
+               {"content_index", 0},
                {"text", text}},
               out);
         item["content"] = json::array({{{"type", "reasoning_text"}, {"text", text}}});
@@ -363,12 +367,10 @@ class ResponsesWire final : public Wire {
     }
 
     static json call_item(const ToolCall& call) {
-        return {{"type", "function_call"},
-                {"id", "fc_" + call.id.substr(call.id.find('_') + 1)},
-                {"call_id", call.id},
-                {"name", call.name},
-                {"arguments", call.arguments},
-                {"status", "completed"}};
+        return {
+            {"type", "function_call"},     {"id", "fc_" + call.id.substr(call.id.find('_') + 1)},
+            {"call_id", call.id},          {"name", call.name},
+            {"arguments", call.arguments}, {"status", "completed"}};
     }
 
     void open_message(std::string& out) {
@@ -400,7 +402,9 @@ class ResponsesWire final : public Wire {
                {"logprobs", json::array()}},
               out);
         event("response.content_part.done",
-              {{"item_id", item["id"]}, {"output_index", message_}, {"content_index", 0},
+              {{"item_id", item["id"]},
+               {"output_index", message_},
+               {"content_index", 0},
                {"part", part}},
               out);
         item["content"] = json::array({part});

@@ -91,7 +91,9 @@ size_t json_value_end(std::string_view text) {
     return std::string_view::npos;
 }
 
-void append_content(std::string& content, std::string_view piece) { content += piece; }
+void append_content(std::string& content, std::string_view piece) {
+    content += piece;
+}
 
 // The length of s without its trailing whitespace.
 size_t trim_end(std::string_view s) {
@@ -191,8 +193,10 @@ void parse_mistral(std::string_view text, ParsedAnswer& out) {
             bool ok = true;
             for (const auto& item : *j) {
                 auto call = call_from_object(item);
-                if (!call) ok = false;
-                else calls.push_back(std::move(*call));
+                if (!call)
+                    ok = false;
+                else
+                    calls.push_back(std::move(*call));
             }
             if (!ok) break;
             rest = trim(rest.substr(end));
@@ -201,8 +205,8 @@ void parse_mistral(std::string_view text, ParsedAnswer& out) {
             if (args == std::string_view::npos) break;
             const std::string name(trim(rest.substr(0, args)));
             std::string_view body = trim(rest.substr(args + kMistralArgs.size()));
-            const size_t end = body.empty() || body.front() != '{' ? std::string_view::npos
-                                                                    : json_value_end(body);
+            const size_t end =
+                body.empty() || body.front() != '{' ? std::string_view::npos : json_value_end(body);
             auto j = end == std::string_view::npos ? std::nullopt : parse_json(body.substr(0, end));
             auto text_args = j ? arguments_text(*j) : std::nullopt;
             if (name.empty() || !text_args) break;
@@ -285,7 +289,8 @@ void parse_deepseek(std::string_view text, ParsedAnswer& out) {
             break;
         }
         const size_t body_end = end == std::string_view::npos ? text.size() : end;
-        std::string_view head = text.substr(call + kDsCallBegin.size(), sep - call - kDsCallBegin.size());
+        std::string_view head =
+            text.substr(call + kDsCallBegin.size(), sep - call - kDsCallBegin.size());
         std::string_view body = text.substr(sep + kDsSep.size(), body_end - sep - kDsSep.size());
         std::string name;
         if (head == "function") {  // V3: function<sep>NAME\n```json\n{...}\n```
@@ -293,8 +298,10 @@ void parse_deepseek(std::string_view text, ParsedAnswer& out) {
             name = std::string(trim(body.substr(0, nl)));
             body = nl == std::string_view::npos ? std::string_view() : body.substr(nl + 1);
             body = trim(body);
-            if (body.starts_with("```json")) body.remove_prefix(7);
-            else if (body.starts_with("```")) body.remove_prefix(3);
+            if (body.starts_with("```json"))
+                body.remove_prefix(7);
+            else if (body.starts_with("```"))
+                body.remove_prefix(3);
             if (body.ends_with("```")) body.remove_suffix(3);
         } else {  // V3.1: NAME<sep>{...}
             name = std::string(trim(head));
@@ -329,7 +336,9 @@ size_t marker_start(std::string_view text, std::string_view marker) {
 }
 
 // A JSON string literal of s.
-std::string quoted(const std::string& s) { return ojson(s).dump(); }
+std::string quoted(const std::string& s) {
+    return ojson(s).dump();
+}
 
 // The text around one call's arguments in each family's markup.
 std::pair<std::string, std::string> call_markup(ToolFormat format, const std::string& name) {
@@ -339,7 +348,8 @@ std::pair<std::string, std::string> call_markup(ToolFormat format, const std::st
             return {fmt::format("{}\n{{\"name\": {}, \"arguments\": ", kHermesOpen, quoted(name)),
                     fmt::format("}}\n{}", kHermesClose)};
         case ToolFormat::Llama3:
-            return {fmt::format("{{\"name\": {}, \"parameters\": ", quoted(name)), std::string(1, '}')};
+            return {fmt::format("{{\"name\": {}, \"parameters\": ", quoted(name)),
+                    std::string(1, '}')};
         case ToolFormat::Mistral:
             return {fmt::format("{}[{{\"name\": {}, \"arguments\": ", kMistralCalls, quoted(name)),
                     std::string("}]")};
@@ -522,8 +532,7 @@ std::vector<ChatMessage> messages_for_template(ToolFormat format, std::vector<Ch
     std::vector<ChatMessage> out;
     out.reserve(messages.size() + 1);
     if (!tools.empty()) {
-        std::string text =
-            "You can call these tools, described as JSON schemas:\n<tools>\n";
+        std::string text = "You can call these tools, described as JSON schemas:\n<tools>\n";
         for (const auto& t : tools_json(tools)) text += t["function"].dump() + "\n";
         text += fmt::format(
             "</tools>\nTo call a tool, answer with one block per call and nothing else:\n{}\n"
@@ -579,7 +588,8 @@ AnswerSplitter::Out AnswerSplitter::push(std::string_view text) {
                 size_t from = 0;
                 if (const size_t open = raw_.find(kThinkOpen); open < close)
                     from = open + kThinkOpen.size();
-                out.reasoning = std::string(trim(std::string_view(raw_).substr(from, close - from)));
+                out.reasoning =
+                    std::string(trim(std::string_view(raw_).substr(from, close - from)));
                 start_body(close + kThinkClose.size());
                 // Whitespace after </think> may continue in the next piece.
                 if (body_ == raw_.size()) body_ = sent_ = raw_.size();
@@ -597,7 +607,8 @@ AnswerSplitter::Out AnswerSplitter::push(std::string_view text) {
         while (at < raw_.size() && (raw_[at] == '\n' || raw_[at] == ' ')) ++at;
         body_ = sent_ = at;
     }
-    const size_t safe = body_ + content_prefix(format_, std::string_view(raw_).substr(body_), parse_calls_);
+    const size_t safe =
+        body_ + content_prefix(format_, std::string_view(raw_).substr(body_), parse_calls_);
     if (safe > sent_) {
         out.content = raw_.substr(sent_, safe - sent_);
         sent_ = safe;

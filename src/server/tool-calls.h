@@ -51,7 +51,7 @@ struct ToolChoice {
 };
 
 struct ToolCall {
-    std::string id;         // "call_..."
+    std::string id;  // "call_..."
     std::string name;
     std::string arguments;  // a JSON object, as text
 };

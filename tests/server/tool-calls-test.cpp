@@ -105,7 +105,8 @@ TEST(ToolCalls, Llama3) {
 TEST(ToolCalls, Mistral) {
     const auto f = ToolFormat::Mistral;
     expect_answer(f, "It is sunny.", {"It is sunny.", {}});
-    expect_answer(f, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
+    expect_answer(f,
+                  "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
                   {"", {{"get_weather", kParis}}});
     expect_answer(f,
                   "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": "
@@ -198,8 +199,7 @@ TEST(ToolCalls, ThinkBlockIsReasoning) {
 }
 
 TEST(ToolCalls, ToolChoiceNoneKeepsMarkup) {
-    const std::string text =
-        "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+    const std::string text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
     const ParsedAnswer got = parse_answer(ToolFormat::Hermes, text, false);
     EXPECT_EQ(got.content, text);
     EXPECT_TRUE(got.calls.empty());
@@ -220,7 +220,10 @@ TEST(ToolCalls, GenericPromptDescribesToolsAndFoldsResults) {
     t.parameters = {{"type", "object"}};
     std::vector<ChatMessage> m = {
         {"user", "Weather in Paris?", {}},
-        {"assistant", "", {{"tool_calls", {{{"function", {{"name", "get_weather"}, {"arguments", {{"city", "Paris"}}}}}}}}}},
+        {"assistant",
+         "",
+         {{"tool_calls",
+           {{{"function", {{"name", "get_weather"}, {"arguments", {{"city", "Paris"}}}}}}}}}},
         {"tool", "21 C", {{"tool_call_id", "call_1"}}},
         {"user", "Thanks", {}},
     };
@@ -285,9 +288,9 @@ TEST(ToolCalls, WireMessagesBecomeTheTemplatesDicts) {
             if (want["content"].is_string()) want.erase("content");
             // Key order aside (content keeps its place in the template's dict).
             EXPECT_EQ(json::parse(spec.messages[i].fields.dump()), json::parse(want.dump())) << i;
-            EXPECT_EQ(spec.messages[i].content,
-                      messages[i]["content"].is_string() ? messages[i]["content"].get<std::string>()
-                                                         : "");
+            EXPECT_EQ(spec.messages[i].content, messages[i]["content"].is_string()
+                                                    ? messages[i]["content"].get<std::string>()
+                                                    : "");
         }
     }
 }

@@ -35,7 +35,9 @@ std::string object_type(const Value& v) {
     return v.is_none() ? "None" : fmt::format("{} object", v.type_name());
 }
 
-std::string object_name(const Value& v) { return fmt::format("'{}'", object_type(v)); }
+std::string object_name(const Value& v) {
+    return fmt::format("'{}'", object_type(v));
+}
 
 Value no_attribute(const Value& obj, std::string_view name) {
     return Value::undefined(fmt::format("{} has no attribute '{}'", object_name(obj), name));

@@ -89,6 +89,10 @@ std::shared_ptr<Request> Engine::submit(GenerateRequest request, std::string* er
         if (t < 0 || t >= tokenizer_.n_vocab())
             return refuse(fmt::format("token id {} is outside the vocabulary (0..{})", t,
                                       tokenizer_.n_vocab() - 1));
+    for (const auto& [t, bias] : p.logit_bias)
+        if (t < 0 || t >= tokenizer_.n_vocab())
+            return refuse(fmt::format("logit_bias: token id {} is outside the vocabulary (0..{})",
+                                      t, tokenizer_.n_vocab() - 1));
 
     auto r = std::make_shared<Request>();
     r->id_ = next_id_.fetch_add(1);
@@ -196,17 +200,18 @@ bool Engine::run_embedding(Embedding& e) {
     std::vector<double> sum(n_embd, 0.0);
     std::vector<float> out(n_embd, 0.0f);
     SeqKv seq;
+    // The whole input's blocks must be free before any pass runs.
+    if (!runner_.cache().can_grow(seq, n)) {
+        if (n_active_.load() > 0) return false;  // blocks come back as requests finish
+        e.finish({},
+                 fmt::format("the input needs the KV of {} tokens; the pool holds {} blocks "
+                             "of {}",
+                             n, runner_.cache().n_blocks_total(), runner_.cache().block_size()));
+        return true;
+    }
     for (uint32_t c0 = 0; c0 < n; c0 += chunk) {
         const uint32_t c1 = std::min(n, c0 + chunk);
-        if (!runner_.cache().grow(seq, c1 - c0)) {
-            runner_.cache().free(seq);
-            if (n_active_.load() > 0) return false;  // blocks come back as requests finish
-            e.finish(
-                {}, fmt::format("the input needs the KV of {} tokens; the pool holds "
-                                "{} blocks of {}",
-                                n, runner_.cache().n_blocks_total(), runner_.cache().block_size()));
-            return true;
-        }
+        HR_CHECK(runner_.cache().grow(seq, c1 - c0));
         embed_batch_.clear();
         const uint32_t s = embed_batch_.add_seq(&seq);
         for (uint32_t i = c0; i < c1; ++i) embed_batch_.add_token(e.tokens_[i], i, s, true);

@@ -299,9 +299,9 @@ class AnthropicWire final : public Wire {
 
     void finish(uint32_t, FinishReason reason, bool called, std::string& out) override {
         close_text(out);
-        stop_reason_ = called                           ? "tool_use"
-                       : reason == FinishReason::Length ? "max_tokens"
-                                                        : "end_turn";
+        stop_reason_ = reason == FinishReason::Length ? "max_tokens"
+                       : called                       ? "tool_use"
+                                                      : "end_turn";
     }
 
     void close(const Usage& usage, std::string& out) override {

@@ -250,8 +250,16 @@ std::optional<ApiError> compile_grammar(const GenerationSpec& spec, ToolFormat f
         param = "tools";
     }
     if (!g) return std::nullopt;
-    if (shape && shape->may_think && format != ToolFormat::Harmony)
+    if (shape && shape->may_think && format != ToolFormat::Harmony) {
+        // The schema's own checks first: wrapped, it is a structural tag.
+        if (g->kind == GrammarSpec::Kind::JsonSchema) {
+            const auto schema = nlohmann::json::parse(g->text, nullptr, false);
+            if (schema.is_discarded()) return bad_request(param, "the schema is not valid JSON");
+            if (auto why = unsupported_schema_keyword(schema); !why.empty())
+                return bad_request(param, why);
+        }
         g = after_reasoning(*g, shape->think_open);
+    }
     if (!ctx.model.grammars)
         return bad_request(param,
                            "constrained decoding is off on this server (serve --grammar-cache 0)");

@@ -53,14 +53,16 @@ std::optional<std::string> arguments_text(const ojson& args) {
     return std::nullopt;
 }
 
-// {"name": N, "arguments" | "parameters": {...}} -> a call.
-std::optional<ToolCall> call_from_object(const ojson& j) {
+// {"name": N, "arguments" | "parameters": {...}} -> a call. Outside any
+// markup (Llama 3) the arguments must be there: {"name": "Bob"} is an answer.
+std::optional<ToolCall> call_from_object(const ojson& j, bool require_args = false) {
     if (!j.is_object()) return std::nullopt;
     const auto name = j.find("name");
     if (name == j.end() || !name->is_string() || name->get<std::string>().empty())
         return std::nullopt;
     auto args = j.find("arguments");
     if (args == j.end()) args = j.find("parameters");
+    if (require_args && args == j.end()) return std::nullopt;
     std::optional<std::string> text = args == j.end() ? std::string("{}") : arguments_text(*args);
     if (!text) return std::nullopt;
     return ToolCall{new_tool_call_id(), name->get<std::string>(), std::move(*text)};
@@ -148,21 +150,24 @@ void parse_hermes(std::string_view text, ParsedAnswer& out) {
     if (at < text.size()) append_content(out.content, text.substr(at));
 }
 
+// Where a Llama 3 call may start: <|python_tag|> or {"name".
+constexpr std::string_view kLlamaCall = "{\"name\"";
+
 void parse_llama3(std::string_view text, ParsedAnswer& out) {
-    std::string_view t = trim(text);
-    std::string_view lead;
-    if (const size_t tag = t.find(kPythonTag); tag != std::string_view::npos) {
-        lead = t.substr(0, tag);
-        t = trim(t.substr(tag + kPythonTag.size()));
+    const size_t at = std::min(text.find(kPythonTag), text.find(kLlamaCall));
+    if (at == std::string_view::npos) {
+        out.content = std::string(text);
+        return;
     }
+    std::string_view rest = text.substr(at);
+    if (rest.starts_with(kPythonTag)) rest = trim(rest.substr(kPythonTag.size()));
     // One or more objects, separated by ';' or whitespace.
     std::vector<ToolCall> calls;
-    std::string_view rest = t;
     while (!rest.empty() && rest.front() == '{') {
         const size_t end = json_value_end(rest);
         if (end == std::string_view::npos) break;
         auto j = parse_json(rest.substr(0, end));
-        auto call = j ? call_from_object(*j) : std::nullopt;
+        auto call = j ? call_from_object(*j, true) : std::nullopt;
         if (!call) break;
         calls.push_back(std::move(*call));
         rest = trim(rest.substr(end));
@@ -172,7 +177,7 @@ void parse_llama3(std::string_view text, ParsedAnswer& out) {
         out.content = std::string(text);
         return;
     }
-    out.content = std::string(trim(lead));
+    out.content = std::string(trim(text.substr(0, at)));
     out.calls = std::move(calls);
 }
 
@@ -463,20 +468,13 @@ ParsedAnswer parse_answer(ToolFormat format, std::string_view text, bool parse_c
 
 size_t content_prefix(ToolFormat format, std::string_view text, bool parse_calls) {
     if (format == ToolFormat::Harmony) return 0;  // channels are known at the end
-    // A reasoning block is held whole.
-    const size_t think = marker_start(text, kThinkOpen);
-    if (think < text.size() && trim(text.substr(0, think)).empty()) return 0;
     if (!parse_calls) return text.size();
     switch (format) {
         case ToolFormat::Generic:
         case ToolFormat::Hermes:
             return marker_start(text, kHermesOpen);
-        case ToolFormat::Llama3: {
-            // A call is the whole answer: hold an answer that starts like one.
-            const std::string_view t = trim(text);
-            if (t.empty() || t.front() == '{' || t.front() == '<') return 0;
-            return text.size();
-        }
+        case ToolFormat::Llama3:
+            return std::min(marker_start(text, kPythonTag), marker_start(text, kLlamaCall));
         case ToolFormat::Mistral:
             return marker_start(text, kMistralCalls);
         case ToolFormat::DeepSeek:
@@ -583,7 +581,10 @@ AnswerSplitter::Out AnswerSplitter::push(std::string_view text) {
             if (!opened && !t.empty() && !kThinkOpen.starts_with(t)) {
                 body_ = sent_ = 0;
             } else if (opened) {
-                const size_t close = raw_.find(kThinkClose);
+                // Only the new text (and a marker it may complete) is searched.
+                const size_t close = raw_.find(
+                    kThinkClose, scanned_ > kThinkClose.size() ? scanned_ - kThinkClose.size() : 0);
+                scanned_ = raw_.size();
                 if (close == std::string::npos) return out;
                 size_t from = 0;
                 if (const size_t open = raw_.find(kThinkOpen); open < close)
@@ -607,8 +608,9 @@ AnswerSplitter::Out AnswerSplitter::push(std::string_view text) {
         while (at < raw_.size() && (raw_[at] == '\n' || raw_[at] == ' ')) ++at;
         body_ = sent_ = at;
     }
+    // What was sent holds no markup's start: only the rest is scanned.
     const size_t safe =
-        body_ + content_prefix(format_, std::string_view(raw_).substr(body_), parse_calls_);
+        sent_ + content_prefix(format_, std::string_view(raw_).substr(sent_), parse_calls_);
     if (safe > sent_) {
         out.content = raw_.substr(sent_, safe - sent_);
         sent_ = safe;

@@ -7,8 +7,9 @@
 //
 //   Hermes    Qwen2.5, Qwen3, Hermes 2/3, SmolLM3:
 //             <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>
-//   Llama3    Llama 3.1-3.3: the whole answer is {"name": N, "parameters": {...}},
-//             optionally after <|python_tag|>; several separated by ";"
+//   Llama3    Llama 3.1-3.3: {"name": N, "parameters": {...}} to the end of
+//             the answer, after <|python_tag|> or text or neither; several
+//             separated by ";"
 //   Mistral   [TOOL_CALLS][{"name": N, "arguments": {...}}, ...]  (Nemo), or
 //             [TOOL_CALLS]N[ARGS]{...}  (Small 3.2, Devstral)
 //   Harmony   gpt-oss: <|start|>assistant<|channel|>commentary to=functions.N
@@ -103,6 +104,7 @@ class AnswerSplitter {
     std::string raw_;
     size_t body_ = std::string::npos;  // where the answer after any reasoning starts
     size_t sent_ = 0;                  // raw_[body_, sent_) went out as content
+    size_t scanned_ = 0;               // raw_[0, scanned_) searched for </think>
 };
 
 // The grammar that makes the answer a call of one of `tools`: tool_choice

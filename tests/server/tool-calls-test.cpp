@@ -96,8 +96,14 @@ TEST(ToolCalls, Llama3) {
                   "\"Paris\"}}; {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\", "
                   "\"unit\": \"celsius\"}}",
                   {"", {{"get_weather", kParis}, {"get_weather", kRome}}});
-    // A JSON answer that is not a call is content.
+    // A call after text (auto lets the model write some first).
+    expect_answer(f,
+                  "Let me check. {\"name\": \"get_weather\", \"parameters\": {\"city\": "
+                  "\"Paris\"}}",
+                  {"Let me check.", {{"get_weather", kParis}}});
+    // A JSON answer that is not a call is content, also one with a "name".
     expect_answer(f, "{\"city\": \"Paris\"}", {"{\"city\": \"Paris\"}", {}});
+    expect_answer(f, "{\"name\": \"Bob\", \"age\": 3}", {"{\"name\": \"Bob\", \"age\": 3}", {}});
     expect_answer(f, "{\"name\": \"get_weather\", \"parameters\": {\"city\": ",
                   {"{\"name\": \"get_weather\", \"parameters\": {\"city\": ", {}});
 }

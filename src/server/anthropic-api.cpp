@@ -6,6 +6,7 @@
 #include <random>
 
 #include "server/sse.h"
+#include "server/tool-calls.h"
 
 namespace headroom::server {
 
@@ -13,10 +14,6 @@ using json = nlohmann::json;
 using Error = std::optional<ApiError>;
 
 namespace {
-
-const json* find(const json& obj, const char* key) {
-    return find_field(obj, key);
-}
 
 // Text blocks (or a string) joined with newlines.
 Error block_text(const json& content, const std::string& param, std::string& out) {
@@ -28,11 +25,11 @@ Error block_text(const json& content, const std::string& param, std::string& out
     for (size_t j = 0; j < content.size(); ++j) {
         const json& b = content[j];
         const std::string bp = fmt::format("{}[{}]", param, j);
-        const json* type = b.is_object() ? find(b, "type") : nullptr;
+        const json* type = b.is_object() ? find_field(b, "type") : nullptr;
         if (!type || *type != "text")
             return unsupported(bp + ".type", fmt::format("block type {} here (only text)",
                                                          type ? type->dump() : "(missing)"));
-        const json* text = find(b, "text");
+        const json* text = find_field(b, "text");
         if (!text || !text->is_string()) return bad_request(bp + ".text", "required, a string");
         if (!out.empty()) out += '\n';
         out += text->get<std::string>();
@@ -42,10 +39,10 @@ Error block_text(const json& content, const std::string& param, std::string& out
 
 Error convert_message(const json& m, const std::string& param, json& messages) {
     if (!m.is_object()) return bad_request(param, "expected a message object");
-    const json* role = find(m, "role");
+    const json* role = find_field(m, "role");
     if (!role || (*role != "user" && *role != "assistant"))
         return bad_request(param + ".role", "must be 'user' or 'assistant'");
-    const json* content = find(m, "content");
+    const json* content = find_field(m, "content");
     if (!content) return bad_request(param + ".content", "required, but missing");
     if (content->is_string()) {
         messages.push_back({{"role", *role}, {"content", *content}});
@@ -57,18 +54,18 @@ Error convert_message(const json& m, const std::string& param, json& messages) {
     for (size_t j = 0; j < content->size(); ++j) {
         const json& b = (*content)[j];
         const std::string bp = fmt::format("{}.content[{}]", param, j);
-        const json* type = b.is_object() ? find(b, "type") : nullptr;
+        const json* type = b.is_object() ? find_field(b, "type") : nullptr;
         if (!type || !type->is_string()) return bad_request(bp + ".type", "required, a string");
         const std::string t = type->get<std::string>();
         if (t == "text") {
-            const json* s = find(b, "text");
+            const json* s = find_field(b, "text");
             if (!s || !s->is_string()) return bad_request(bp + ".text", "required, a string");
             if (!text.empty()) text += '\n';
             text += s->get<std::string>();
         } else if (t == "tool_use" && *role == "assistant") {
-            const json* id = find(b, "id");
-            const json* name = find(b, "name");
-            const json* input = find(b, "input");
+            const json* id = find_field(b, "id");
+            const json* name = find_field(b, "name");
+            const json* input = find_field(b, "input");
             if (!id || !id->is_string()) return bad_request(bp + ".id", "required, a string");
             if (!name || !name->is_string()) return bad_request(bp + ".name", "required, a string");
             if (input && !input->is_object())
@@ -79,13 +76,13 @@ Error convert_message(const json& m, const std::string& param, json& messages) {
                  {"function",
                   {{"name", *name}, {"arguments", input ? input->dump() : std::string("{}")}}}});
         } else if (t == "tool_result" && *role == "user") {
-            const json* id = find(b, "tool_use_id");
+            const json* id = find_field(b, "tool_use_id");
             if (!id || !id->is_string())
                 return bad_request(bp + ".tool_use_id", "required, a string");
             std::string result;
-            if (const json* c = find(b, "content"))
+            if (const json* c = find_field(b, "content"))
                 if (auto e = block_text(*c, bp + ".content", result)) return e;
-            if (const json* err = find(b, "is_error"); err && *err == true)
+            if (const json* err = find_field(b, "is_error"); err && *err == true)
                 result = "Error: " + result;
             messages.push_back({{"role", "tool"}, {"tool_call_id", *id}, {"content", result}});
         } else if (t == "thinking" || t == "redacted_thinking") {
@@ -106,26 +103,26 @@ Error convert_message(const json& m, const std::string& param, json& messages) {
 }
 
 Error convert_tools(const json& body, json& chat) {
-    if (const json* tools = find(body, "tools")) {
+    if (const json* tools = find_field(body, "tools")) {
         if (!tools->is_array()) return bad_request("tools", "expected an array of tools");
         json out = json::array();
         for (size_t i = 0; i < tools->size(); ++i) {
             const json& t = (*tools)[i];
             const std::string param = fmt::format("tools[{}]", i);
             if (!t.is_object()) return bad_request(param, "expected a tool object");
-            if (const json* type = find(t, "type"); type && *type != "custom")
+            if (const json* type = find_field(t, "type"); type && *type != "custom")
                 return unsupported(param + ".type",
                                    fmt::format("server tool {} (only client tools)", type->dump()));
             json fn = json::object();
-            if (const json* v = find(t, "name")) fn["name"] = *v;
-            if (const json* v = find(t, "description")) fn["description"] = *v;
-            if (const json* v = find(t, "input_schema")) fn["parameters"] = *v;
+            if (const json* v = find_field(t, "name")) fn["name"] = *v;
+            if (const json* v = find_field(t, "description")) fn["description"] = *v;
+            if (const json* v = find_field(t, "input_schema")) fn["parameters"] = *v;
             out.push_back({{"type", "function"}, {"function", fn}});
         }
         chat["tools"] = std::move(out);
     }
-    if (const json* choice = find(body, "tool_choice")) {
-        const json* type = choice->is_object() ? find(*choice, "type") : nullptr;
+    if (const json* choice = find_field(body, "tool_choice")) {
+        const json* type = choice->is_object() ? find_field(*choice, "type") : nullptr;
         if (!type || !type->is_string())
             return bad_request("tool_choice.type", "required, one of auto, any, tool, none");
         const std::string t = type->get<std::string>();
@@ -136,14 +133,14 @@ Error convert_tools(const json& body, json& chat) {
         } else if (t == "none") {
             chat["tool_choice"] = "none";
         } else if (t == "tool") {
-            const json* name = find(*choice, "name");
+            const json* name = find_field(*choice, "name");
             chat["tool_choice"] = {{"type", "function"},
                                    {"function", {{"name", name ? *name : json(nullptr)}}}};
         } else {
             return bad_request("tool_choice.type",
                                fmt::format("'{}' is not one of auto, any, tool, none", t));
         }
-        if (const json* d = find(*choice, "disable_parallel_tool_use"); d && d->is_boolean())
+        if (const json* d = find_field(*choice, "disable_parallel_tool_use"); d && d->is_boolean())
             chat["parallel_tool_calls"] = !d->get<bool>();
     }
     return std::nullopt;
@@ -167,15 +164,6 @@ ApiError renamed(ApiError e) {
     return e;
 }
 
-std::string random_id(const char* prefix) {
-    thread_local std::mt19937_64 rng{std::random_device{}()};
-    static constexpr std::string_view kChars =
-        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    std::string id = std::string(prefix) + "_";
-    for (int i = 0; i < 24; ++i) id += kChars[rng() % kChars.size()];
-    return id;
-}
-
 }  // namespace
 
 std::optional<ApiError> parse_anthropic_request(std::string_view body, GenerationSpec& spec) {
@@ -185,18 +173,18 @@ std::optional<ApiError> parse_anthropic_request(std::string_view body, Generatio
     const json j = json::parse(body, nullptr, false);
     if (j.is_discarded()) return bad_request("", "the request body is not valid JSON");
     if (!j.is_object()) return bad_request("", "the request body must be a JSON object");
-    if (!find(j, "max_tokens")) return bad_request("max_tokens", "required, but missing");
+    if (!find_field(j, "max_tokens")) return bad_request("max_tokens", "required, but missing");
     json chat = json::object();
     for (const char* key : {"model", "max_tokens", "temperature", "top_p", "top_k", "stream"})
-        if (const json* v = find(j, key)) chat[key] = *v;
-    if (const json* stop = find(j, "stop_sequences")) chat["stop"] = *stop;
+        if (const json* v = find_field(j, key)) chat[key] = *v;
+    if (const json* stop = find_field(j, "stop_sequences")) chat["stop"] = *stop;
     json messages = json::array();
-    if (const json* system = find(j, "system")) {
+    if (const json* system = find_field(j, "system")) {
         std::string text;
         if (auto e = block_text(*system, "system", text)) return e;
         messages.push_back({{"role", "system"}, {"content", text}});
     }
-    const json* list = find(j, "messages");
+    const json* list = find_field(j, "messages");
     if (!list || !list->is_array() || list->empty())
         return bad_request("messages", "required, a non-empty array of messages");
     for (size_t i = 0; i < list->size(); ++i)
@@ -204,8 +192,8 @@ std::optional<ApiError> parse_anthropic_request(std::string_view body, Generatio
             return e;
     chat["messages"] = std::move(messages);
     if (auto e = convert_tools(j, chat)) return e;
-    if (const json* thinking = find(j, "thinking")) {
-        const json* type = thinking->is_object() ? find(*thinking, "type") : nullptr;
+    if (const json* thinking = find_field(j, "thinking")) {
+        const json* type = thinking->is_object() ? find_field(*thinking, "type") : nullptr;
         if (!type || (*type != "enabled" && *type != "disabled" && *type != "adaptive"))
             return bad_request("thinking.type", "must be 'enabled', 'adaptive' or 'disabled'");
         chat["chat_template_kwargs"] = {{"enable_thinking", *type != "disabled"}};

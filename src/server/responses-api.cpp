@@ -6,6 +6,7 @@
 #include <random>
 
 #include "server/sse.h"
+#include "server/tool-calls.h"
 
 namespace headroom::server {
 
@@ -13,10 +14,6 @@ using json = nlohmann::json;
 using Error = std::optional<ApiError>;
 
 namespace {
-
-const json* find(const json& obj, const char* key) {
-    return find_field(obj, key);
-}
 
 // The text of a content given as a string or as parts (input_text,
 // output_text, text), joined with newlines.
@@ -29,12 +26,12 @@ Error content_text(const json& content, const std::string& param, std::string& o
     for (size_t j = 0; j < content.size(); ++j) {
         const json& part = content[j];
         const std::string pp = fmt::format("{}[{}]", param, j);
-        const json* type = part.is_object() ? find(part, "type") : nullptr;
+        const json* type = part.is_object() ? find_field(part, "type") : nullptr;
         if (!type || !type->is_string()) return bad_request(pp + ".type", "required, a string");
         const std::string t = type->get<std::string>();
         if (t != "input_text" && t != "output_text" && t != "text")
             return unsupported(pp + ".type", fmt::format("content part type '{}'", t));
-        const json* text = find(part, "text");
+        const json* text = find_field(part, "text");
         if (!text || !text->is_string()) return bad_request(pp + ".text", "required, a string");
         if (j > 0) out += '\n';
         out += text->get<std::string>();
@@ -44,7 +41,7 @@ Error content_text(const json& content, const std::string& param, std::string& o
 
 Error required_string(const json& item, const char* key, const std::string& param,
                       std::string& out) {
-    const json* v = find(item, key);
+    const json* v = find_field(item, key);
     if (!v || !v->is_string())
         return bad_request(param + "." + key, "required, and must be a string");
     out = v->get<std::string>();
@@ -63,14 +60,14 @@ Error convert_input(const json& input, json& messages) {
         const std::string param = fmt::format("input[{}]", i);
         if (!item.is_object()) return bad_request(param, "expected an item object");
         std::string type = "message";
-        if (const json* t = find(item, "type")) {
+        if (const json* t = find_field(item, "type")) {
             if (!t->is_string()) return bad_request(param + ".type", "must be a string");
             type = t->get<std::string>();
         }
         if (type == "message") {
             std::string role, text;
             if (auto e = required_string(item, "role", param, role)) return e;
-            const json* content = find(item, "content");
+            const json* content = find_field(item, "content");
             if (!content) return bad_request(param + ".content", "required, but missing");
             if (auto e = content_text(*content, param + ".content", text)) return e;
             messages.push_back({{"role", role}, {"content", text}});
@@ -95,7 +92,7 @@ Error convert_input(const json& input, json& messages) {
         } else if (type == "function_call_output") {
             std::string call_id, text;
             if (auto e = required_string(item, "call_id", param, call_id)) return e;
-            const json* output = find(item, "output");
+            const json* output = find_field(item, "output");
             if (!output) return bad_request(param + ".output", "required, but missing");
             if (auto e = content_text(*output, param + ".output", text)) return e;
             messages.push_back({{"role", "tool"}, {"tool_call_id", call_id}, {"content", text}});
@@ -115,22 +112,22 @@ Error convert_tools(const json& tools, json& chat) {
         const json& t = tools[i];
         const std::string param = fmt::format("tools[{}]", i);
         if (!t.is_object()) return bad_request(param, "expected a tool object");
-        const json* type = find(t, "type");
+        const json* type = find_field(t, "type");
         if (!type || *type != "function")
             return unsupported(param + ".type",
                                fmt::format("tool type {} (only 'function')",
                                            type ? type->dump() : std::string("(missing)")));
         json fn = json::object();
         for (const char* key : {"name", "description", "parameters", "strict"})
-            if (const json* v = find(t, key)) fn[key] = *v;
+            if (const json* v = find_field(t, key)) fn[key] = *v;
         out.push_back({{"type", "function"}, {"function", fn}});
     }
     chat["tools"] = std::move(out);
-    if (const json* choice = find(chat, "tool_choice"); choice && choice->is_object()) {
-        const json* type = find(*choice, "type");
+    if (const json* choice = find_field(chat, "tool_choice"); choice && choice->is_object()) {
+        const json* type = find_field(*choice, "type");
         if (!type || *type != "function")
             return unsupported("tool_choice", fmt::format("tool_choice {}", choice->dump()));
-        const json* name = find(*choice, "name");
+        const json* name = find_field(*choice, "name");
         chat["tool_choice"] = {{"type", "function"},
                                {"function", {{"name", name ? *name : json(nullptr)}}}};
     }
@@ -139,10 +136,10 @@ Error convert_tools(const json& tools, json& chat) {
 
 Error convert_text_format(const json& text, json& chat) {
     if (!text.is_object()) return bad_request("text", "expected an object");
-    const json* format = find(text, "format");
+    const json* format = find_field(text, "format");
     if (!format) return std::nullopt;
     if (!format->is_object()) return bad_request("text.format", "expected an object");
-    const json* type = find(*format, "type");
+    const json* type = find_field(*format, "type");
     if (!type || !type->is_string()) return bad_request("text.format.type", "required, a string");
     if (*type == "text") return std::nullopt;
     if (*type == "json_object") {
@@ -155,7 +152,7 @@ Error convert_text_format(const json& text, json& chat) {
                                        type->get<std::string>()));
     json js = json::object();
     for (const char* key : {"name", "schema", "strict", "description"})
-        if (const json* v = find(*format, key)) js[key] = *v;
+        if (const json* v = find_field(*format, key)) js[key] = *v;
     chat["response_format"] = {{"type", "json_schema"}, {"json_schema", js}};
     return std::nullopt;
 }
@@ -184,11 +181,6 @@ ApiError renamed(ApiError e) {
     return e;
 }
 
-std::string random_id(const char* prefix) {
-    thread_local std::mt19937_64 rng{std::random_device{}()};
-    return fmt::format("{}_{:016x}{:016x}", prefix, rng(), rng());
-}
-
 }  // namespace
 
 std::optional<ApiError> parse_responses_request(std::string_view body, GenerationSpec& spec,
@@ -199,36 +191,37 @@ std::optional<ApiError> parse_responses_request(std::string_view body, Generatio
     const json j = json::parse(body, nullptr, false);
     if (j.is_discarded()) return bad_request("", "the request body is not valid JSON");
     if (!j.is_object()) return bad_request("", "the request body must be a JSON object");
-    if (find(j, "previous_response_id"))
+    if (find_field(j, "previous_response_id"))
         return unsupported("previous_response_id",
                            "previous_response_id (this server stores no responses: send the "
                            "whole conversation in input)");
-    if (find(j, "conversation"))
+    if (find_field(j, "conversation"))
         return unsupported("conversation", "conversation (this server stores no conversations)");
     json chat = json::object();
     for (const char* key :
          {"model", "temperature", "top_p", "stream", "seed", "parallel_tool_calls", "tool_choice",
           "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"})
-        if (const json* v = find(j, key)) chat[key] = *v;
-    if (const json* v = find(j, "max_output_tokens")) chat["max_tokens"] = *v;
+        if (const json* v = find_field(j, key)) chat[key] = *v;
+    if (const json* v = find_field(j, "max_output_tokens")) chat["max_tokens"] = *v;
     json messages = json::array();
-    if (const json* instructions = find(j, "instructions")) {
+    if (const json* instructions = find_field(j, "instructions")) {
         if (!instructions->is_string()) return bad_request("instructions", "must be a string");
         messages.push_back({{"role", "system"}, {"content", *instructions}});
     }
-    const json* input = find(j, "input");
+    const json* input = find_field(j, "input");
     if (!input) return bad_request("input", "required, but missing");
     if (auto e = convert_input(*input, messages)) return e;
     chat["messages"] = std::move(messages);
-    if (const json* tools = find(j, "tools"))
+    if (const json* tools = find_field(j, "tools"))
         if (auto e = convert_tools(*tools, chat)) return e;
-    if (const json* text = find(j, "text"))
+    if (const json* text = find_field(j, "text"))
         if (auto e = convert_text_format(*text, chat)) return e;
-    if (const json* reasoning = find(j, "reasoning")) {
+    if (const json* reasoning = find_field(j, "reasoning")) {
         if (!reasoning->is_object()) return bad_request("reasoning", "expected an object");
-        if (const json* effort = find(*reasoning, "effort")) chat["reasoning_effort"] = *effort;
+        if (const json* effort = find_field(*reasoning, "effort"))
+            chat["reasoning_effort"] = *effort;
     }
-    if (const json* top = find(j, "top_logprobs")) {
+    if (const json* top = find_field(j, "top_logprobs")) {
         chat["logprobs"] = true;
         chat["top_logprobs"] = *top;
     }

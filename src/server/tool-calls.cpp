@@ -639,11 +639,11 @@ AnswerSplitter::Out AnswerSplitter::finish() {
     return out;
 }
 
-std::string new_tool_call_id() {
+std::string random_id(std::string_view prefix) {
     static constexpr std::string_view kChars =
         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     thread_local std::mt19937_64 rng{std::random_device{}()};
-    std::string id = "call_";
+    std::string id = std::string(prefix) + "_";
     std::uniform_int_distribution<size_t> pick(0, kChars.size() - 1);
     for (int i = 0; i < 24; ++i) id += kChars[pick(rng)];
     return id;

@@ -125,7 +125,11 @@ nlohmann::ordered_json tools_json(const std::vector<Tool>& tools);
 std::vector<ChatMessage> messages_for_template(ToolFormat format, std::vector<ChatMessage> messages,
                                                const std::vector<Tool>& tools);
 
-// A fresh "call_" id (24 random alphanumerics).
-std::string new_tool_call_id();
+// PREFIX_ and 24 random alphanumerics: the ids of calls, responses, items and messages.
+std::string random_id(std::string_view prefix);
+// A fresh "call_" id.
+inline std::string new_tool_call_id() {
+    return random_id("call");
+}
 
 }  // namespace headroom::server

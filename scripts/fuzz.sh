@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang and fuzzes each for SECONDS
 # (default 60), starting from the seed corpora in fuzz/corpus/. Targets:
-# gguf, doctor, chat-template, openai-request, tokenizer (default: all). For
+# gguf, doctor, chat-template, openai-request, tokenizer, safetensors (default: all). For
 # a longer run: scripts/fuzz.sh 3600 gguf. Crashes are written to
 # build/fuzz/artifacts/ and make the script fail.
 set -euo pipefail
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(gguf doctor chat-template openai-request tokenizer)
+[ ${#targets[@]} -eq 0 ] && targets=(gguf doctor chat-template openai-request tokenizer safetensors)
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j "$(nproc)" --target "${targets[@]/%/-fuzz}" >/dev/null
 mkdir -p build/fuzz/artifacts

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <map>
 
+#include "checkpoint/open.h"
 #include "cli/commands.h"
 #include "cli/plan-model.h"
 #include "core/error.h"
@@ -58,7 +59,7 @@ doctor::ModelFacts facts_from_plan_model(const PlanModel& pm) {
 // A GGUF file's: its tensors by type.
 doctor::ModelFacts facts_from_gguf(const std::string& path, const PlanModel& pm) {
     doctor::ModelFacts m = facts_from_plan_model(pm);
-    const auto file = gguf::GgufFile::open(path);
+    const auto file = open_model_file(path);
     if (pm.desc.hp.name.empty()) m.name = std::filesystem::path(path).stem().string();
     std::map<std::string, uint64_t> by_type;
     for (const auto& t : file.tensors()) by_type[std::string(name(t.type))] += t.size_bytes;

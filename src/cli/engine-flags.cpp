@@ -10,7 +10,8 @@ namespace headroom::cli {
 
 void add_engine_flags(CLI::App* cmd, EngineFlags& f, uint32_t default_num_seqs) {
     cmd->add_option("-m,--model", f.model,
-                    "GGUF file or short model name (smollm2-135m, gemma3-270m)")
+                    "GGUF file, Hugging Face checkpoint folder (config.json, *.safetensors, "
+                    "tokenizer.json) or short model name (smollm2-135m, gemma3-270m)")
         ->capture_default_str();
     auto* mem =
         cmd->add_option("--mem-fraction", f.mem_fraction,

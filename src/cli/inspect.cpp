@@ -4,6 +4,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/open.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -247,7 +248,8 @@ void add_inspect_command(CLI::App& app) {
     auto* cmd = app.add_subcommand(
         "inspect", "Show a GGUF model's architecture, hyperparameters, tokenizer and tensors");
     cmd->add_option("model", opt->model,
-                    "GGUF file or short model name (smollm2-135m, gemma3-270m)")
+                    "GGUF file, Hugging Face checkpoint folder (config.json, *.safetensors, "
+                    "tokenizer.json) or short model name (smollm2-135m, gemma3-270m)")
         ->capture_default_str();
     cmd->add_option("-m,--model", opt->model, "Same as the positional MODEL");
     cmd->add_flag("--json", opt->json, "Print JSON for tools instead of tables");
@@ -256,7 +258,7 @@ void add_inspect_command(CLI::App& app) {
                   "In --json, write metadata arrays in full (token lists are large)");
     cmd->add_flag("--no-tensors", opt->no_tensors, "Leave out the per-tensor table");
     cmd->callback([opt] {
-        const auto file = gguf::GgufFile::open(resolve_model_path(opt->model));
+        const auto file = open_model_file(resolve_model_path(opt->model));
         if (opt->json)
             print_json(file, *opt);
         else

@@ -760,7 +760,8 @@ void add_plan_command(CLI::App& app) {
                                    "configuration fits a device");
     cmd->add_option(
         "model", o->model,
-        "GGUF file, short name (smollm2-135m, gemma3-270m) or built-in model (llama-3-8b, "
+        "GGUF file, Hugging Face checkpoint folder, short name (smollm2-135m, gemma3-270m) or "
+        "built-in model (llama-3-8b, "
         "qwen2.5-14b, deepseek-v3... see --list-models)");
     cmd->add_option("-m,--model", o->model, "Same as the positional MODEL");
     auto* hf = cmd->add_option("--hf-config", o->hf_config,

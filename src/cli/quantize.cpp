@@ -1,6 +1,7 @@
 // headroom quantize IN OUT TYPE
 #include <memory>
 
+#include "checkpoint/open.h"
 #include "cli/commands.h"
 #include "cli/engine-flags.h"
 #include "core/error.h"
@@ -57,7 +58,9 @@ void add_quantize_command(CLI::App& app) {
         "with more bits). Norms, biases and the MoE router are F32; rows that do not fit a "
         "K-type's 256-element blocks fall back to a 32-element type. `plan --weight-type TYPE` "
         "predicts the bytes it writes");
-    cmd->add_option("in", o->in, "Input GGUF file or short model name")->required();
+    cmd->add_option("in", o->in,
+                    "Input GGUF file, Hugging Face checkpoint folder or short model name")
+        ->required();
     cmd->add_option("out", o->out, "Output GGUF file")->required();
     cmd->add_option("type", o->type,
                     "File type, case-insensitive: " + writable_names() +
@@ -83,7 +86,7 @@ void add_quantize_command(CLI::App& app) {
             opt.output_type = parse_tensor_type(o->output_type, "--output-type");
         opt.n_threads = thread_count(o->threads, "quantize --threads");
         opt.progress = !o->quiet;
-        const auto in = gguf::GgufFile::open(resolve_model_path(o->in));
+        const auto in = open_model_file(resolve_model_path(o->in));
         quantize_model(in, o->out, opt);
     });
 }

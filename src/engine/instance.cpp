@@ -4,6 +4,7 @@
 
 #include <charconv>
 
+#include "checkpoint/open.h"
 #include "core/error.h"
 #include "core/thread-pool.h"
 #include "kernels/cpu/cpu-backend.h"
@@ -115,8 +116,7 @@ DeploymentRequest deployment_request(kernels::Backend& backend, const InstanceOp
 
 Instance::Instance(const std::string& path_or_name) {
     host_ledger_ = std::make_unique<Ledger>("host");
-    file_ =
-        std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(resolve_model_path(path_or_name)));
+    file_ = std::make_unique<gguf::GgufFile>(open_model_file(resolve_model_path(path_or_name)));
     tokenizer_ = Tokenizer::from_gguf(*file_);
     desc_ = describe_gguf(*file_);
     desc_.tokenizer_bytes = tokenizer_->memory_bytes();

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/check.h"
 #include "core/error.h"
 
 namespace headroom::gguf {
@@ -267,7 +268,28 @@ GgufFile GgufFile::open(const std::string& path) {
     f.file_ = std::make_shared<MappedFile>(path);
     f.bytes_ = f.file_->bytes();
     f.label_ = path;
+    f.mapped_ = true;
     f.parse_all();
+    return f;
+}
+
+GgufFile GgufFile::assemble(std::string label, std::vector<uint8_t> header,
+                            std::vector<TensorInfo> tensors, std::span<const uint8_t> data,
+                            std::shared_ptr<const void> keep, bool mapped) {
+    auto owned = std::make_shared<const std::vector<uint8_t>>(std::move(header));
+    GgufFile f = parse(*owned, label);
+    HR_CHECK(f.tensors_.empty());
+    f.header_ = std::move(owned);
+    f.keep_ = std::move(keep);
+    f.mapped_ = mapped;
+    f.bytes_ = data;
+    f.data_offset_ = 0;
+    f.tensors_ = std::move(tensors);
+    for (size_t i = 0; i < f.tensors_.size(); ++i) {
+        const TensorInfo& t = f.tensors_[i];
+        if (!f.tensor_index_.emplace(t.name, i).second)
+            fail("{}: tensor '{}' appears twice, expected each name once", f.label_, t.name);
+    }
     return f;
 }
 

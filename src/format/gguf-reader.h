@@ -47,6 +47,14 @@ class GgufFile {
     static GgufFile open(const std::string& path);
     // Parses bytes already in memory (fuzzing, tests). `bytes` must outlive the result.
     static GgufFile parse(std::span<const uint8_t> bytes, std::string label);
+    // A model assembled from files of another format (format/hf-folder.h):
+    // metadata parsed from `header`, a GGUF of no tensors; `tensors`, whose
+    // names and data lie in what `keep` holds alive: in `data`, the span the
+    // backends see as the model's file (mapped: a read-only mapping of
+    // files, whose pages may be dropped), or beside it (copies).
+    static GgufFile assemble(std::string label, std::vector<uint8_t> header,
+                             std::vector<TensorInfo> tensors, std::span<const uint8_t> data,
+                             std::shared_ptr<const void> keep, bool mapped);
 
     const std::string& path() const { return label_; }
     uint32_t version() const { return version_; }
@@ -83,7 +91,7 @@ class GgufFile {
     uint64_t tensor_bytes_total() const;
     // True when the bytes are a read-only mapping of the file (open()), whose
     // pages may be dropped and are read back from the file; false for parse().
-    bool is_mapped() const { return file_ != nullptr; }
+    bool is_mapped() const { return mapped_; }
     // The tensor data: from the data section's start to the end of the file.
     std::span<const uint8_t> data_section() const {
         return data_offset_ < bytes_.size() ? bytes_.subspan(data_offset_)
@@ -94,7 +102,10 @@ class GgufFile {
     GgufFile() = default;
     void parse_all();
 
-    std::shared_ptr<MappedFile> file_;  // null when parsing caller-owned bytes
+    std::shared_ptr<MappedFile> file_;                    // null when parsing caller-owned bytes
+    std::shared_ptr<const void> keep_;                    // an assembled model's files and names
+    std::shared_ptr<const std::vector<uint8_t>> header_;  // an assembled model's metadata
+    bool mapped_ = false;
     std::span<const uint8_t> bytes_;
     std::string label_;
     uint32_t version_ = 0;

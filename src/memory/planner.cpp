@@ -8,6 +8,7 @@
 #include <set>
 #include <tuple>
 
+#include "checkpoint/open.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "core/thread-pool.h"
@@ -110,7 +111,7 @@ std::string gguf_file_for(const PlanModel& m) {
 }  // namespace
 
 PlanModel plan_model_from_gguf(const std::string& path) {
-    const auto file = gguf::GgufFile::open(path);
+    const auto file = open_model_file(path);
     PlanModel m;
     m.source = path;
     m.kind = "gguf";

@@ -187,6 +187,9 @@ HParams read_hparams(const gguf::GgufFile& f, bool for_inference) {
 
     hp.tied_embeddings = f.find_tensor("output.weight") == nullptr;
     hp.rope_style = hp.arch == "llama" ? RopeStyle::Normal : RopeStyle::NeoX;
+    // A Hugging Face folder's llama keeps its q/k projections unpermuted:
+    // the same rotation pairs (i, i + d/2) (checkpoint/hf-folder.h).
+    if (f.get_bool("headroom.rope.neox").value_or(false)) hp.rope_style = RopeStyle::NeoX;
     hp.qk_norm = hp.arch == "qwen3" || hp.arch == "qwen3moe" || hp.arch == "gemma3";
 
     hp.layer_is_swa.assign(hp.n_layer, false);

@@ -87,5 +87,5 @@ ctest --preset fuzz -j "$(nproc)" -L unit -LE slow
 
 step "fuzzing: the GGUF reader for ${HEADROOM_FUZZ_SECONDS:-60}s, the other parsers and the tokenizers for 20s each"
 scripts/fuzz.sh "${HEADROOM_FUZZ_SECONDS:-60}" gguf
-scripts/fuzz.sh 20 doctor chat-template openai-request tokenizer
+scripts/fuzz.sh 20 doctor chat-template openai-request tokenizer safetensors
 step "all tests passed"

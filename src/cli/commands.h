@@ -10,6 +10,7 @@ namespace headroom::cli {
 void add_doctor_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
+void add_convert_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_run_command(CLI::App& app);

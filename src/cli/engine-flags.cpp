@@ -48,8 +48,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f, uint32_t default_num_seqs) 
                     "`headroom devices`)")
         ->capture_default_str();
     cmd->add_option("--device-memory", f.device_memory,
-                    "A GPU's memory to budget from, in place of its heap's (8GiB...): stands in "
-                    "for a smaller GPU");
+                    "The device's memory to budget from, in place of its heap's (a GPU) or of "
+                    "MemAvailable (the CPU), e.g. 8GiB: stands in for a smaller GPU or machine");
     cmd->add_option("--reserve", f.reserve,
                     "A GPU's memory to leave to other programs before --mem-fraction (1GiB...)");
     cmd->add_option("--n-gpu-layers", f.n_gpu_layers,
@@ -61,6 +61,14 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f, uint32_t default_num_seqs) 
     cmd->add_flag("--enable-prefix-caching,!--no-prefix-caching", f.prefix_caching,
                   "Prefix caching (on by default): requests sharing a prompt prefix reuse its KV "
                   "blocks");
+    cmd->add_option("--quantization", f.quantization,
+                    "Quantize the weights at load, tensor by tensor on all threads: a GGUF file "
+                    "type (q8_0, q6_k, q5_k_m, q4_k_m, q4_0...) with llama.cpp's per-tensor rules, "
+                    "or auto: the best type whose plan fits the budget with this context and "
+                    "these sequences (the weights as stored first), said before loading");
+    cmd->add_option("--quantized-cache", f.quantized_cache,
+                    "Folder to keep quantized models in and map them from on the next start "
+                    "(default: a temporary file, removed at exit)");
 }
 
 int thread_count(int requested, const char* flag) {
@@ -106,10 +114,14 @@ InstanceOptions instance_options(const EngineFlags& f, uint32_t default_num_seqs
         if (o.device_memory_bytes == 0) fail("--device-memory must be more than 0");
     }
     if (!f.reserve.empty()) o.reserve_bytes = parse_bytes_or_throw(f.reserve, "--reserve");
-    if (o.device.kind == DeviceKind::Cpu && (o.device_memory_bytes || o.reserve_bytes))
+    if (o.device.kind == DeviceKind::Cpu && o.reserve_bytes)
         fail(
-            "--device-memory and --reserve are for a GPU (--device vulkan); the CPU's budget is "
-            "--mem-fraction of host memory or --kv-cache-memory");
+            "--reserve is for a GPU (--device vulkan); on the CPU, --mem-fraction of host memory "
+            "(or --device-memory in its place) is the budget");
+    o.quantization = f.quantization;
+    o.quantized_cache = f.quantized_cache;
+    if (!f.quantized_cache.empty() && f.quantization.empty())
+        fail("--quantized-cache {} needs --quantization (a type, or auto)", f.quantized_cache);
     if (!f.n_gpu_layers.empty()) {
         o.gpu_layers = parse_gpu_layers(f.n_gpu_layers);
         const bool none = o.gpu_layers->kind == GpuLayers::Kind::Count && o.gpu_layers->count == 0;

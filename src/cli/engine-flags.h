@@ -21,11 +21,13 @@ struct EngineFlags {
     int threads = 0;  // 0: physical cores
     bool prefix_caching = true;
     bool swa_full = false;
-    std::string act_precision;   // empty: kernels::default_act_precision()
-    std::string device = "cpu";  // cpu, vulkan, vulkan:N
-    std::string device_memory;   // a GPU's memory in place of its heap's (tests, smaller GPUs)
-    std::string reserve;         // a GPU's memory left to others
-    std::string n_gpu_layers;    // auto, all or N; empty: auto
+    std::string act_precision;    // empty: kernels::default_act_precision()
+    std::string device = "cpu";   // cpu, vulkan, vulkan:N
+    std::string device_memory;    // a GPU's memory in place of its heap's (tests, smaller GPUs)
+    std::string reserve;          // a GPU's memory left to others
+    std::string n_gpu_layers;     // auto, all or N; empty: auto
+    std::string quantization;     // a GGUF file type or auto; empty: as stored
+    std::string quantized_cache;  // folder of quantized copies; empty: a temporary file
 };
 
 // Registers the flags on `cmd`; `default_num_seqs` is shown as the default of --max-num-seqs.

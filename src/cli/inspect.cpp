@@ -133,6 +133,7 @@ json hparams_json(const HParams& hp) {
 void print_json(const gguf::GgufFile& f, const InspectOptions& opt) {
     json out;
     out["path"] = f.path();
+    out["format"] = f.is_assembled() ? "hf-folder" : "gguf";
     out["version"] = f.version();
     out["alignment"] = f.alignment();
     out["data_offset"] = f.data_offset();
@@ -176,9 +177,15 @@ void print_json(const gguf::GgufFile& f, const InspectOptions& opt) {
 
 void print_human(const gguf::GgufFile& f, const InspectOptions& opt) {
     fmt::print("{}\n", f.path());
-    fmt::print("  GGUF v{}, {}, {} tensors, {} metadata keys, alignment {}\n", f.version(),
-               format_bytes(f.file_size_bytes()), f.tensors().size(), f.metadata().size(),
-               f.alignment());
+    if (f.is_assembled())
+        fmt::print(
+            "  Hugging Face folder, {} of weights, {} tensors, {} metadata keys (as a "
+            "converted GGUF would hold them)\n",
+            format_bytes(f.tensor_bytes_total()), f.tensors().size(), f.metadata().size());
+    else
+        fmt::print("  GGUF v{}, {}, {} tensors, {} metadata keys, alignment {}\n", f.version(),
+                   format_bytes(f.file_size_bytes()), f.tensors().size(), f.metadata().size(),
+                   f.alignment());
     fmt::print("\narchitecture  {}", f.architecture());
     if (auto n = f.get_string("general.name")) fmt::print("  \"{}\"", *n);
     fmt::print("\n");

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
     headroom::cli::add_devices_command(app);
     headroom::cli::add_inspect_command(app);
     headroom::cli::add_quantize_command(app);
+    headroom::cli::add_convert_command(app);
     headroom::cli::add_synth_command(app);
     headroom::cli::add_eval_command(app);
     headroom::cli::add_bench_command(app);

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/thread-pool.h"
 #include "format/gguf-reader.h"
+#include "memory/terms.h"
 #include "memory/weight-estimate.h"
 #include "model/registry.h"
 #include "tools/quantize.h"
@@ -87,6 +88,48 @@ void add_quantize_command(CLI::App& app) {
         opt.n_threads = thread_count(o->threads, "quantize --threads");
         opt.progress = !o->quiet;
         const auto in = open_model_file(resolve_model_path(o->in));
+        quantize_model(in, o->out, opt);
+    });
+}
+
+void add_convert_command(CLI::App& app) {
+    struct Opts {
+        std::string in, out, type;
+        int threads = physical_core_count();
+        bool quiet = false;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = app.add_subcommand(
+        "convert",
+        "Write a Hugging Face checkpoint folder (or a GGUF) as a GGUF file llama.cpp loads: "
+        "llama.cpp's tensor names, metadata and q/k layout, the tokenizer and chat template "
+        "from tokenizer.json and tokenizer_config.json, weights as stored (or --type)");
+    cmd->add_option("in", o->in, "Hugging Face checkpoint folder, GGUF file or short model name")
+        ->required();
+    cmd->add_option("out", o->out, "Output GGUF file")->required();
+    cmd->add_option("--type", o->type,
+                    "File type, case-insensitive: " + writable_names() +
+                        " (default: the checkpoint's own, f32, f16 or bf16)");
+    cmd->add_option("-t,--threads", o->threads, "Threads")->capture_default_str();
+    cmd->add_flag("-q,--quiet", o->quiet, "No progress bar");
+    cmd->callback([o] {
+        const auto in = open_model_file(resolve_model_path(o->in));
+        std::string type = o->type;
+        if (type.empty()) {
+            // The matrices' own type.
+            type = describe_gguf(in).weight_type;
+            if (type != "F32" && type != "F16" && type != "BF16")
+                fail(
+                    "convert: {} holds {} weights; name the file type to write with --type (one "
+                    "of {})",
+                    o->in, type, writable_names());
+        }
+        const WeightType wt = parse_file_type(type);
+        QuantizeOptions opt;
+        opt.recipe = gguf_recipe(wt);
+        opt.file_type = gguf_file_type_code(wt);
+        opt.n_threads = thread_count(o->threads, "convert --threads");
+        opt.progress = !o->quiet;
         quantize_model(in, o->out, opt);
     });
 }

@@ -2,14 +2,26 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 
 #include "checkpoint/open.h"
 #include "core/error.h"
 #include "core/thread-pool.h"
+#include "core/units.h"
 #include "kernels/cpu/cpu-backend.h"
 #include "memory/budget.h"
+#include "memory/weight-estimate.h"
 #include "model/registry.h"
+#include "tools/quantize.h"
 #if HEADROOM_VULKAN
 #include "kernels/vulkan/vulkan-backend.h"
 #endif
@@ -97,6 +109,11 @@ DeploymentRequest deployment_request(kernels::Backend& backend, const InstanceOp
     r.one_sequence_pool = o.one_sequence_pool;
     if (backend.is_host()) {
         r.device = host_device();
+        if (o.device_memory_bytes) {
+            r.device.total_bytes = o.device_memory_bytes;
+            r.device.source =
+                fmt::format("--device-memory {}", format_bytes(o.device_memory_bytes));
+        }
         return r;
     }
     Device& d = r.device;
@@ -125,7 +142,164 @@ Instance::Instance(const std::string& path_or_name) {
 Instance::~Instance() = default;
 
 void Instance::load(const InstanceOptions& o) {
-    build(plan_deployment(desc_, deployment_request(open_backend(o), o)), o);
+    const DeploymentRequest request = deployment_request(open_backend(o), o);
+    if (!o.quantization.empty()) quantize_weights(request, o);
+    build(plan_deployment(desc_, request), o);
+}
+
+namespace {
+
+// The name of a quantized copy: the model's name, its type, and a hash of
+// what it was made from (the path, each file's size and modification time)
+// and of the type, so a changed checkpoint is quantized again.
+std::string cache_name(const std::string& path, const HParams& hp, WeightType type) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    std::string identity = fs::absolute(path, ec).string() + "|" + std::string(name(type)) + "|v1";
+    std::vector<fs::path> files;
+    if (fs::is_directory(path, ec)) {
+        for (const auto& e : fs::directory_iterator(path, ec)) files.push_back(e.path());
+    } else {
+        files.push_back(path);
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+        const auto size = fs::file_size(f, ec);
+        const auto time = fs::last_write_time(f, ec).time_since_epoch().count();
+        identity += fmt::format("|{}:{}:{}", f.filename().string(), ec ? 0 : size, time);
+    }
+    std::string stem = hp.name.empty() ? fs::path(path).filename().string() : hp.name;
+    for (char& c : stem)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '-';
+    return fmt::format("{}-{}-{:016x}.gguf", stem.substr(0, 64), info(type).label,
+                       XXH64(identity.data(), identity.size(), 0));
+}
+
+}  // namespace
+
+void Instance::quantize_weights(const DeploymentRequest& request, const InstanceOptions& o) {
+    // The candidates, best first; nullopt is the weights as stored.
+    std::vector<std::optional<WeightType>> candidates;
+    const bool automatic = o.quantization == "auto";
+    if (automatic) {
+        candidates.push_back(std::nullopt);
+        for (const auto& t : weight_types())
+            if (t.gguf && t.candidate && t.quality_cost > 0) candidates.push_back(t.type);
+    } else {
+        const auto t = weight_type_from_name(o.quantization);
+        if (!t || !info(*t).gguf)
+            fail(
+                "--quantization '{}': expected auto or a GGUF file type such as q8_0, q6_k, "
+                "q5_k_m, q4_k_m, q4_0",
+                o.quantization);
+        candidates.push_back(*t);
+    }
+    auto options_for = [&](WeightType t) {
+        QuantizeOptions q;
+        q.recipe = gguf_recipe(t);
+        q.file_type = gguf_file_type_code(t);
+        q.n_threads = static_cast<int>(std::max<uint32_t>(1, o.settings.config.n_threads));
+        q.progress = o.progress;
+        return q;
+    };
+    // The first whose deployment fits, planned from the tensor table the
+    // quantized file will have: every sequence at the context asked (the
+    // trained one by default); failing that, the first that fits with the
+    // context cut to what the budget leaves.
+    std::vector<std::pair<std::optional<WeightType>, ModelDesc>> descs;
+    for (const auto& c : candidates) {
+        if (!c) {
+            descs.emplace_back(c, desc_);
+            continue;
+        }
+        try {
+            descs.emplace_back(c, describe_gguf(quantized_view(*file_, options_for(*c))));
+        } catch (const Error&) {
+            if (!automatic) throw;  // else a type the quantizers cannot produce
+        }
+    }
+    auto label = [](const std::optional<WeightType>& c, const ModelDesc& d) {
+        return c ? std::string(info(*c).label) : "as stored (" + d.weight_type + ")";
+    };
+    const uint32_t asked_len = request.settings.config.max_model_len
+                                   ? request.settings.config.max_model_len
+                                   : desc_.hp.n_ctx_train;
+    std::optional<WeightType> chosen = descs.front().first;
+    if (automatic) {
+        std::string tried;
+        bool found = false;
+        for (const bool whole_context : {true, false}) {
+            for (const auto& [c, d] : descs) {
+                const Deployment dep = plan_deployment(d, request);
+                const bool fits = whole_context ? dep.plan.fits_all() &&
+                                                      dep.mem().config.max_model_len >= asked_len
+                                                : dep.mem().fits;
+                if (fits) {
+                    chosen = c;
+                    found = true;
+                    if (o.progress)
+                        fmt::print(stderr, "quantization auto: {} (weights {}){}{}\n", label(c, d),
+                                   format_bytes(d.weight_bytes),
+                                   whole_context ? "" : ", with the context cut to fit",
+                                   tried.empty()
+                                       ? ""
+                                       : fmt::format(": {} do not fit the {} "
+                                                     "budget with {} x {} tokens",
+                                                     tried, format_bytes(dep.mem().budget_bytes),
+                                                     dep.mem().config.max_num_seqs, asked_len));
+                    break;
+                }
+                if (whole_context)
+                    tried += fmt::format("{}{} {}", tried.empty() ? "" : ", ", label(c, d),
+                                         format_bytes(d.weight_bytes));
+            }
+            if (found) break;
+        }
+        if (!found)
+            fail(
+                "--quantization auto: no weight type fits the budget ({} do not); lower "
+                "--max-model-len or --max-num-seqs",
+                tried);
+    }
+    if (!chosen) return;
+
+    const QuantizeOptions q = options_for(*chosen);
+    std::string path;
+    bool temporary = o.quantized_cache.empty();
+    if (temporary) {
+        const char* tmp = std::getenv("TMPDIR");
+        path = fmt::format("{}/headroom-quantized-{}-{}.gguf", tmp && *tmp ? tmp : "/tmp",
+                           ::getpid(), info(*chosen).label);
+    } else {
+        std::error_code ec;
+        std::filesystem::create_directories(o.quantized_cache, ec);
+        if (ec)
+            fail("--quantized-cache {}: cannot create the folder: {}", o.quantized_cache,
+                 ec.message());
+        path = (std::filesystem::path(o.quantized_cache) /
+                cache_name(file_->path(), desc_.hp, *chosen))
+                   .string();
+    }
+    if (temporary || !std::filesystem::exists(path)) {
+        const std::string part = path + ".part";
+        try {
+            quantize_model(*file_, part, q);
+        } catch (...) {
+            std::remove(part.c_str());
+            throw;
+        }
+        if (std::rename(part.c_str(), path.c_str()) != 0)
+            fail("{}: cannot move the quantized model into place: {}", path, std::strerror(errno));
+    } else if (o.progress) {
+        fmt::print(stderr, "quantization: {} from the cache ({})\n", info(*chosen).label, path);
+    }
+    auto quantized = std::make_unique<gguf::GgufFile>(open_model_file(path));
+    // Mapped: the file's pages stay reachable once its name is gone.
+    if (temporary) std::remove(path.c_str());
+    source_ = std::move(file_);
+    file_ = std::move(quantized);
+    desc_ = describe_gguf(*file_);
+    desc_.tokenizer_bytes = tokenizer_->memory_bytes();
 }
 
 kernels::Backend& Instance::open_backend(const InstanceOptions& o) {

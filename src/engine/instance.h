@@ -55,6 +55,14 @@ struct InstanceOptions {
     bool one_sequence_pool = false;       // DeploymentRequest::one_sequence_pool
     RunnerSettings runner;
     bool progress = true;  // loading progress and notes on stderr
+    // Quantize the weights before loading (--quantization): a GGUF file type
+    // ("q4_k_m"), or "auto": the best type whose deployment fits the budget
+    // (the weights as stored first, then llama.cpp's types from Q8_0 down),
+    // said in one line. Empty: as stored.
+    std::string quantization;
+    // Where quantized models are kept and found again (--quantized-cache);
+    // empty: a temporary file, gone when the process ends.
+    std::string quantized_cache;
 };
 
 class Instance {
@@ -99,6 +107,10 @@ class Instance {
     std::unique_ptr<Ledger> host_ledger_;
     std::unique_ptr<kernels::Backend> backend_;
     std::unique_ptr<kernels::Backend> cpu_;  // a split model's CPU part, else null
+    // Replaces file_ and desc_ by the model quantized as options.quantization says.
+    void quantize_weights(const DeploymentRequest& request, const InstanceOptions& options);
+
+    std::unique_ptr<gguf::GgufFile> source_;  // what -m named, when file_ is its quantized copy
     std::unique_ptr<gguf::GgufFile> file_;
     std::unique_ptr<Tokenizer> tokenizer_;
     ModelDesc desc_;

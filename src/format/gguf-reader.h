@@ -60,6 +60,9 @@ class GgufFile {
     uint32_t version() const { return version_; }
     uint64_t alignment() const { return alignment_; }
     uint64_t data_offset() const { return data_offset_; }
+    // Bytes of metadata and tensor table as held in memory: the file's header
+    // (data_offset), or an assembled model's parsed header.
+    uint64_t header_bytes() const { return header_ ? header_->size() : data_offset_; }
     uint64_t file_size_bytes() const { return bytes_.size(); }
 
     // Metadata in file order.
@@ -92,6 +95,8 @@ class GgufFile {
     // True when the bytes are a read-only mapping of the file (open()), whose
     // pages may be dropped and are read back from the file; false for parse().
     bool is_mapped() const { return mapped_; }
+    // Made by assemble() rather than read from one GGUF file.
+    bool is_assembled() const { return header_ != nullptr; }
     // The tensor data: from the data section's start to the end of the file.
     std::span<const uint8_t> data_section() const {
         return data_offset_ < bytes_.size() ? bytes_.subspan(data_offset_)

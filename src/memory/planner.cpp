@@ -98,7 +98,7 @@ std::string model_arg(const PlanModel& m) {
 
 // What the GGUF for this plan would be called when it is not the source file.
 std::string gguf_file_for(const PlanModel& m) {
-    if (m.kind == "gguf" && !m.weight_type) return m.source;
+    if ((m.kind == "gguf" || m.kind == "folder") && !m.weight_type) return m.source;
     const std::filesystem::path p(m.source);
     // A config.json is named after its directory (the model's repository).
     const std::string base = m.kind == "builtin"             ? m.source
@@ -114,7 +114,9 @@ PlanModel plan_model_from_gguf(const std::string& path) {
     const auto file = open_model_file(path);
     PlanModel m;
     m.source = path;
-    m.kind = "gguf";
+    // A Hugging Face folder is quantized at load (--quantization): the
+    // planner offers its other weight types as it does a config's.
+    m.kind = std::filesystem::is_directory(path) ? "folder" : "gguf";
     m.desc = describe_gguf(file);
     HParams& hp = m.desc.hp;
     if (!known_gguf_archs().contains(hp.arch)) {
@@ -335,13 +337,20 @@ std::string headroom_command(const PlanModel& model, const Device& device, const
     const EngineConfig& c = plan.mem.config;
     const bool gguf_weights = !model.weight_type || info(*model.weight_type).gguf;
     std::string cmd;
+    // A folder is quantized as it loads: the same folder, --quantization TYPE.
+    const bool at_load = model.kind == "folder" && model.weight_type && gguf_weights;
+    const std::string target = at_load             ? model.source
+                               : model.weight_type ? gguf_file_for(model)
+                                                   : model.source;
+    const std::string quantization =
+        at_load ? fmt::format(" --quantization {}", name(*model.weight_type)) : std::string();
     if (gguf_weights && c.n_cpu_layers == 0 && !device.gpu) {
-        cmd = fmt::format("headroom serve -m {}",
-                          model.weight_type ? gguf_file_for(model) : model.source);
+        cmd = fmt::format("headroom serve -m {}{}", target, quantization);
+        if (device.source.find("--device-memory") != std::string::npos)
+            cmd += fmt::format(" --device-memory {}MiB", device.total_bytes / MiB);
     } else if (gguf_weights && device.vulkan_index && model.desc.hp.n_expert == 0) {
         // headroom's own GPU backend runs it, split or not (not yet experts).
-        cmd = fmt::format("headroom serve -m {} --device vulkan:{}",
-                          model.weight_type ? gguf_file_for(model) : model.source,
+        cmd = fmt::format("headroom serve -m {}{} --device vulkan:{}", target, quantization,
                           *device.vulkan_index);
         if (device.source.find("--device-memory") != std::string::npos)
             cmd += fmt::format(" --device-memory {}MiB", device.total_bytes / MiB);
@@ -636,9 +645,9 @@ void fill_needed(QuantRow& r, const Device& device, const PlanSettings& settings
 std::vector<QuantRow> compare_quant(const PlanModel& model, const Device& device,
                                     const PlanSettings& settings) {
     std::vector<QuantRow> rows;
-    if (model.kind == "gguf") {
+    if (model.kind == "gguf" || model.kind == "folder") {
         QuantRow r;
-        r.label = model.file_type + " (this file)";
+        r.label = model.file_type + (model.kind == "gguf" ? " (this file)" : " (this folder)");
         r.bits = "file";
         r.model = model;
         r.plan = evaluate(model, device, settings);

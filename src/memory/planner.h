@@ -31,7 +31,7 @@ namespace headroom {
 struct PlanModel {
     std::string source;  // what the user named: a path, a config.json, a table name
     std::string name;    // for people
-    std::string kind;    // "gguf", "hf-config" or "builtin"
+    std::string kind;    // "gguf", "folder" (Hugging Face), "hf-config" or "builtin"
     ModelShape shape;    // hyperparameters (GGUF: shape.hp only)
     std::vector<WeightTensor> tensors;
     std::string file_type;                  // GGUF: the dominant tensor type ("Q4_1")

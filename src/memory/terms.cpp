@@ -216,7 +216,7 @@ ModelDesc describe_gguf(const gguf::GgufFile& file) {
     for (const auto& [key, value] : file.metadata())
         if (const auto* a = std::get_if<gguf::Array>(&value.data))
             n_array_strings += a->strings.size();
-    m.metadata_bytes = file.data_offset() + n_array_strings * sizeof(std::string_view) +
+    m.metadata_bytes = file.header_bytes() + n_array_strings * sizeof(std::string_view) +
                        file.metadata().size() * (sizeof(gguf::Value) + 96) +
                        file.tensors().size() * (sizeof(gguf::TensorInfo) + 64);
     return m;

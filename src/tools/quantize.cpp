@@ -1,11 +1,14 @@
 #include "tools/quantize.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "checkpoint/hf-folder.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/thread-pool.h"
@@ -38,8 +41,29 @@ std::vector<TensorType> choose_tensor_types(const gguf::GgufFile& in, const Quan
     return types;
 }
 
-void quantize_model(const gguf::GgufFile& in, const std::string& out_path,
-                    const QuantizeOptions& opt) {
+namespace {
+
+void drop_pages(const uint8_t* p, uint64_t n) {
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto lo = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+    const auto hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
+    if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
+// The keys a written file does not carry over: its type, and the mark of
+// unpermuted q/k rows (the writer permutes them).
+const std::vector<std::string> kDroppedKeys = {"general.file_type", "general.quantization_version",
+                                               hf::kRopeNeoxKey};
+
+gguf::GgufWriter header_for(const gguf::GgufFile& in, const QuantizeOptions& opt) {
+    gguf::GgufWriter w(in.alignment());
+    w.copy_metadata(in, kDroppedKeys);
+    w.set_u32("general.file_type", opt.file_type);
+    w.set_u32("general.quantization_version", 2);
+    return w;
+}
+
+std::vector<TensorType> checked_types(const gguf::GgufFile& in, const QuantizeOptions& opt) {
     const std::vector<TensorType> types = choose_tensor_types(in, opt);
     for (const TensorType t : types)
         if (!ref::can_quantize(t))
@@ -51,11 +75,56 @@ void quantize_model(const gguf::GgufFile& in, const std::string& out_path,
         if (!can_dequantize(t.type))
             fail("quantize: {}: tensor '{}' is {}, which headroom cannot read", in.path(), t.name,
                  name(t.type));
+    return types;
+}
 
-    gguf::GgufWriter w(in.alignment());
-    w.copy_metadata(in, {"general.file_type", "general.quantization_version"});
-    w.set_u32("general.file_type", opt.file_type);
-    w.set_u32("general.quantization_version", 2);
+// The input row that output row r of `t` is: a Hugging Face llama's q and k
+// keep each head's rotated halves apart (i, i + d/2), llama.cpp's GGUF has
+// them in pairs (2i, 2i + 1); other rows stay.
+struct RowOrder {
+    int64_t head_rows = 0;  // 0: rows as they are
+
+    int64_t source(int64_t r) const {
+        if (head_rows == 0) return r;
+        const int64_t half = head_rows / 2;
+        const int64_t head = r / head_rows;
+        const int64_t j = r % head_rows;
+        return head * head_rows + (j % 2) * half + j / 2;
+    }
+};
+
+RowOrder row_order(const gguf::GgufFile& in, const HParams& hp, std::string_view name) {
+    if (!in.get_bool(hf::kRopeNeoxKey).value_or(false) || hp.arch != "llama") return {};
+    if (name.ends_with(".attn_q.weight") || name.ends_with(".attn_k.weight"))
+        return {static_cast<int64_t>(hp.head_dim_k)};
+    return {};
+}
+
+}  // namespace
+
+gguf::GgufFile quantized_view(const gguf::GgufFile& in, const QuantizeOptions& opt) {
+    const std::vector<TensorType> types = checked_types(in, opt);
+    std::vector<gguf::TensorInfo> tensors;
+    uint64_t offset = 0;
+    for (size_t i = 0; i < in.tensors().size(); ++i) {
+        gguf::TensorInfo t = in.tensors()[i];
+        t.type = types[i];
+        t.size_bytes = gguf::GgufWriter::tensor_bytes(t.type, t.shape());
+        t.offset = offset;
+        t.data = nullptr;
+        offset += (t.size_bytes + in.alignment() - 1) / in.alignment() * in.alignment();
+        tensors.push_back(t);
+    }
+    return gguf::GgufFile::assemble(fmt::format("{} as {}", in.path(), name(opt.recipe.base)),
+                                    header_for(in, opt).to_bytes(), std::move(tensors), {}, nullptr,
+                                    false);
+}
+
+void quantize_model(const gguf::GgufFile& in, const std::string& out_path,
+                    const QuantizeOptions& opt) {
+    const std::vector<TensorType> types = checked_types(in, opt);
+    const HParams hp = read_hparams(in, false);
+    gguf::GgufWriter w = header_for(in, opt);
 
     ThreadPool pool(opt.n_threads);
     uint64_t out_bytes = 0;
@@ -65,23 +134,34 @@ void quantize_model(const gguf::GgufFile& in, const std::string& out_path,
         const std::vector<int64_t> shape = t.shape();
         out_bytes += gguf::GgufWriter::tensor_bytes(dst_type, shape);
         const gguf::TensorInfo* src = &t;
-        w.add_tensor(std::string(t.name), dst_type, shape, [src, dst_type, &pool](uint8_t* dst) {
-            const int64_t n_cols = src->ne[0];
-            const int64_t n_rows = src->n_rows();
-            const uint64_t src_row = row_bytes(src->type, static_cast<uint64_t>(n_cols));
-            const uint64_t dst_row = row_bytes(dst_type, static_cast<uint64_t>(n_cols));
-            if (src->type == dst_type) {
-                std::memcpy(dst, src->data, src->size_bytes);
-                return;
-            }
-            pool.parallel_for(n_rows, [&](int64_t begin, int64_t end, int) {
-                std::vector<float> row(static_cast<size_t>(n_cols));  // (n_cols,) f32
-                for (int64_t r = begin; r < end; ++r) {
-                    ref::dequantize_row(src->type, src->data + r * src_row, row.data(), n_cols);
-                    ref::quantize_row(dst_type, row.data(), dst + r * dst_row, n_cols);
+        const RowOrder order = row_order(in, hp, t.name);
+        // Only a mapping's pages: an f32 copy beside it would be zeroed.
+        const auto section = in.data_section();
+        const bool drop = in.is_mapped() && t.data >= section.data() &&
+                          t.data + t.size_bytes <= section.data() + section.size();
+        w.add_tensor(
+            std::string(t.name), dst_type, shape,
+            [src, dst_type, order, drop, &pool](uint8_t* dst) {
+                const int64_t n_cols = src->ne[0];
+                const int64_t n_rows = src->n_rows();
+                const uint64_t src_row = row_bytes(src->type, static_cast<uint64_t>(n_cols));
+                const uint64_t dst_row = row_bytes(dst_type, static_cast<uint64_t>(n_cols));
+                if (src->type == dst_type && order.head_rows == 0) {
+                    std::memcpy(dst, src->data, src->size_bytes);
+                } else {
+                    pool.parallel_for(n_rows, [&](int64_t begin, int64_t end, int) {
+                        std::vector<float> row(static_cast<size_t>(n_cols));  // (n_cols,) f32
+                        for (int64_t r = begin; r < end; ++r) {
+                            const uint8_t* in_row = src->data + order.source(r) * src_row;
+                            ref::dequantize_row(src->type, in_row, row.data(), n_cols);
+                            ref::quantize_row(dst_type, row.data(), dst + r * dst_row, n_cols);
+                        }
+                    });
                 }
+                // The input's pages are not read again: out of this process's
+                // memory (whole pages inside the tensor; the file keeps them).
+                if (drop) drop_pages(src->data, src->size_bytes);
             });
-        });
     }
     Progress progress("quantize", out_bytes, opt.progress);
     w.write(out_path, [&](size_t i, size_t n, uint64_t done, uint64_t) {

@@ -29,8 +29,18 @@ struct QuantizeOptions {
 // to the row length.
 std::vector<TensorType> choose_tensor_types(const gguf::GgufFile& in, const QuantizeOptions& opt);
 
-// Writes `in` to `out_path` with tensors re-quantized. Throws headroom::Error.
+// Writes `in` to `out_path` with tensors re-quantized, tensor by tensor on
+// opt.n_threads threads: host memory holds one output tensor at a time (a
+// mapped input's pages are dropped once read). The file is llama.cpp's
+// layout: a Hugging Face llama's q/k rows are permuted for pairwise RoPE
+// (checkpoint/hf-folder.h). Throws headroom::Error.
 void quantize_model(const gguf::GgufFile& in, const std::string& out_path,
                     const QuantizeOptions& opt);
+
+// The metadata and tensor table quantize_model would write, without data,
+// for planning the result before it exists (describe_gguf reads it). Tensor
+// names point into `in`, which must outlive the view. Throws headroom::Error
+// for a type the quantizers cannot produce.
+gguf::GgufFile quantized_view(const gguf::GgufFile& in, const QuantizeOptions& opt);
 
 }  // namespace headroom

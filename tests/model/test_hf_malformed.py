@@ -9,91 +9,23 @@ and run, so each case breaks exactly one thing."""
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from testlib import fail_if, headroom_bin, scratch_dir  # noqa: E402
 
+import hf_folder_lib as lib  # noqa: E402
 import numpy as np  # noqa: E402
 
 E, FF, V, L, H, KV = 32, 48, 260, 2, 4, 2
-HD = E // H
-
-CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": E,
-          "intermediate_size": FF, "num_hidden_layers": L, "num_attention_heads": H,
-          "num_key_value_heads": KV, "vocab_size": V, "max_position_embeddings": 128,
-          "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False}
-
-
-def tensors():
-    rng = np.random.default_rng(1)
-    out = {"model.embed_tokens.weight": (V, E), "model.norm.weight": (E,),
-           "lm_head.weight": (V, E)}
-    for i in range(L):
-        p = f"model.layers.{i}."
-        out.update({p + "input_layernorm.weight": (E,),
-                    p + "post_attention_layernorm.weight": (E,),
-                    p + "self_attn.q_proj.weight": (H * HD, E),
-                    p + "self_attn.k_proj.weight": (KV * HD, E),
-                    p + "self_attn.v_proj.weight": (KV * HD, E),
-                    p + "self_attn.o_proj.weight": (E, H * HD),
-                    p + "mlp.gate_proj.weight": (FF, E),
-                    p + "mlp.up_proj.weight": (FF, E),
-                    p + "mlp.down_proj.weight": (E, FF)})
-    return {k: rng.normal(0, 0.2, s).astype(np.float32) for k, s in out.items()}
-
-
-def safetensors_bytes(arrays, dtype="F32", header_patch=None):
-    header, blobs, at = {}, [], 0
-    for name, a in arrays.items():
-        raw = a.tobytes()
-        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [at, at + len(raw)]}
-        blobs.append(raw)
-        at += len(raw)
-    if header_patch:
-        header_patch(header)
-    text = json.dumps(header).encode()
-    return struct.pack("<Q", len(text)) + text + b"".join(blobs)
-
-
-def tokenizer():
-    # Byte-level BPE over the 256 byte symbols (GPT-2's byte-to-unicode map), no merges.
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    vocab = {chr(c): i for i, c in enumerate(cs)}
-    return {"version": "1.0", "added_tokens": [], "normalizer": None,
-            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
-                              "trim_offsets": True, "use_regex": True},
-            "post_processor": None, "decoder": {"type": "ByteLevel"},
-            "model": {"type": "BPE", "vocab": vocab, "merges": []}}
+CONFIG = lib.llama_config(E, FF, V, L, H, KV)
+safetensors_bytes = lib.safetensors_bytes
 
 
 def write_folder(path, config=None, weights=None, shards=None):
-    os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(config if config is not None else CONFIG, f)
-    with open(os.path.join(path, "tokenizer.json"), "w") as f:
-        json.dump(tokenizer(), f)
-    if shards:
-        index = {"metadata": {}, "weight_map": {}}
-        for file, names in shards.items():
-            part = {n: weights[n] for n in names}
-            with open(os.path.join(path, file), "wb") as f:
-                f.write(safetensors_bytes(part))
-            index["weight_map"].update({n: file for n in names})
-        with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
-            json.dump(index, f)
-    elif weights is not None:
-        with open(os.path.join(path, "model.safetensors"), "wb") as f:
-            f.write(weights if isinstance(weights, bytes) else safetensors_bytes(weights))
-    return path
+    return lib.write_folder(path, config if config is not None else CONFIG, weights, shards)
 
 
 def run(args):
@@ -115,7 +47,7 @@ def expect_refused(path, name, *needles):
 
 def main():
     root = scratch_dir("hf-malformed-")
-    w = tensors()
+    w = lib.llama_tensors(E, FF, V, L, H, KV)
     good = write_folder(os.path.join(root, "good"), weights=w)
     r = run(["eval", "-m", good, "--tokens", "1,2,3,4,5"])
     fail_if(r.returncode != 0, f"the valid folder does not run:\n{r.stderr}")

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""SmolLM2-135M-Instruct as a Hugging Face folder: transformers reads the
-test model's GGUF (dequantizing its Q4_1 weights to bf16) and writes the
-folder, as a user's download would be. headroom runs the folder as it is:
+"""The test models as Hugging Face folders: transformers reads each GGUF
+(dequantizing its weights to bf16) and writes the folder, as a user's
+download would be. headroom runs the folders as they are:
 
-- every golden prompt (tests/data/greedy/smollm2-135m.json) tokenizes to
-  the ids the `tokenizers` library gives for the folder's tokenizer.json;
+- every golden prompt (tests/data/greedy/*.json) and a few harder texts
+  tokenize to the ids the `tokenizers` library gives for the folder's
+  tokenizer.json: SmolLM2's byte-level BPE and Gemma 3's SentencePiece-style
+  BPE (byte fallback, 262k tokens, 515k merges);
+- SmolLM2's
 - greedy output equals that of the same bf16 weights run from a GGUF,
   which this test writes with the gguf package as llama.cpp's converter
   would (q/k rows permuted for llama.cpp's pairwise RoPE, the original
@@ -13,6 +16,7 @@ folder, as a user's download would be. headroom runs the folder as it is:
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -121,23 +125,38 @@ def headroom_tokens(model, prompt, scratch):
     return np.fromfile(ids, dtype=np.int32).tolist()
 
 
+HARD_TEXTS = ["  two  spaces", "日本語のテキスト", "emoji 🎉 ok", "x\n\n\ty", "1234567 + 89",
+              "don't stop"]
+
+
+def check_tokens(name, folder, scratch):
+    with open(os.path.join(source_dir(), f"tests/data/greedy/{name}.json")) as f:
+        prompts = [c["prompt"] for c in json.load(f)["cases"]] + HARD_TEXTS
+    tok = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    for prompt in prompts:
+        want = tok.encode(prompt).ids
+        got = headroom_tokens(folder, prompt, scratch)
+        fail_if(got != want, f"{name} {prompt!r}: headroom tokenizes to {got}, tokenizers to "
+                f"{want}")
+    print(f"{name}: {len(prompts)} prompts tokenize as tokenizers does")
+
+
 def main():
-    scratch = scratch_dir("hf-smollm2-")
+    scratch = scratch_dir("hf-real-")
+    gemma = os.path.join(scratch, "gemma-3-270m-it")
+    write_folder(model_path("gemma3-270m"), gemma)
+    check_tokens("gemma3-270m", gemma, scratch)
+    shutil.rmtree(gemma)
+
     folder = os.path.join(scratch, "SmolLM2-135M-Instruct")
     original = model_path("smollm2-135m")
     write_folder(original, folder)
     converted = os.path.join(scratch, "smollm2-bf16.gguf")
     write_gguf(folder, original, converted)
+    check_tokens("smollm2-135m", folder, scratch)
 
     with open(os.path.join(source_dir(), "tests/data/greedy/smollm2-135m.json")) as f:
         prompts = [c["prompt"] for c in json.load(f)["cases"]]
-    tok = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
-    for prompt in prompts:
-        want = tok.encode(prompt).ids
-        got = headroom_tokens(folder, prompt, scratch)
-        fail_if(got != want, f"{prompt!r}: headroom tokenizes to {got}, tokenizers to {want}")
-    print(f"{len(prompts)} golden prompts tokenize as tokenizers does")
-
     same = 0
     for prompt in prompts:
         a, b = run(folder, prompt), run(converted, prompt)

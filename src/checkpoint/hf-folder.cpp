@@ -17,6 +17,7 @@
 #include <numbers>
 #include <set>
 
+#include "checkpoint/hf-quantized.h"
 #include "checkpoint/hf-tokenizer.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -87,6 +88,8 @@ class ShardMap {
 // the f32 copies of 1-D tensors.
 struct Backing {
     std::unique_ptr<ShardMap> shards;
+    std::deque<safetensors::Header> headers;
+    StoredTensors stored;
     std::deque<std::string> names;
     std::deque<std::vector<float>> vectors;
 };
@@ -236,6 +239,7 @@ std::string gguf_name(const std::string& hf, const std::string& arch) {
     if (last == std::string::npos) return {};
     const std::string module = rest.substr(0, last);
     const std::string kind = rest.substr(last + 1);  // weight, bias
+    if (kind != "weight" && kind != "bias") return {};
     std::string to;
     if (module == "post_attention_layernorm") {
         to = gemma ? "post_attention_norm" : "ffn_norm";
@@ -430,11 +434,7 @@ gguf::GgufFile open_checked(const std::string& dir_name) {
             "{}: model_type '{}' is not one headroom runs from a folder (llama, mistral, qwen2, "
             "qwen3, gemma3)",
             label, s.model_type);
-    if (!s.quant_method.empty())
-        fail(
-            "{}: quantization_config says '{}': headroom reads F32, F16 and BF16 checkpoints from "
-            "folders, not pre-quantized ones",
-            label, clipped(s.quant_method));
+    const std::optional<QuantizedCheckpoint> quant = QuantizedCheckpoint::from_config(top, label);
     const json* text = nullptr;
     if (auto it = top.find("text_config"); it != top.end() && it->is_object()) text = &*it;
     const Config cfg{top, text};
@@ -453,37 +453,59 @@ gguf::GgufFile open_checked(const std::string& dir_name) {
     backing->shards = std::make_unique<ShardMap>(files);
     const std::span<const uint8_t> all = backing->shards->all();
 
-    // Where each tensor the model reads is, by GGUF name.
-    std::vector<gguf::TensorInfo> tensors;
-    std::map<std::string, std::string> seen;    // HF name -> file
-    std::map<std::string, std::string> origin;  // GGUF name -> "file: tensor 'HF name'"
-    const bool gemma = hp.arch == "gemma3";
+    // Every tensor of every shard, by HF name (the producers of a
+    // pre-quantized checkpoint read them, so the backing keeps them).
+    std::map<std::string, std::string> seen;  // HF name -> file
     for (size_t fi = 0; fi < files.size(); ++fi) {
         const std::span<const uint8_t> bytes = backing->shards->file(fi);
-        const safetensors::Header h = safetensors::parse_header(bytes, files[fi]);
+        backing->headers.push_back(safetensors::parse_header(bytes, files[fi]));
         const std::string file_name = fs::path(files[fi]).filename().string();
-        for (const auto& t : h.tensors) {
+        for (const auto& t : backing->headers.back().tensors) {
             if (auto [it, fresh] = seen.emplace(t.name, file_name); !fresh)
                 fail("{}: tensor '{}' is also in {}, expected each tensor in one file", files[fi],
                      clipped(t.name), it->second);
             if (auto it = claimed.find(t.name); it != claimed.end() && it->second != file_name)
                 fail("{}: tensor '{}' is here but the index puts it in {}", files[fi],
                      clipped(t.name), it->second);
-            const std::string name = gguf_name(t.name, hp.arch);
-            if (name.empty()) continue;
+            backing->stored[t.name] = {files[fi], &t, bytes.data() + t.begin};
+        }
+    }
+
+    // Where each tensor the model reads is, by GGUF name.
+    std::vector<gguf::TensorInfo> tensors;
+    std::vector<gguf::GgufFile::Producer> producers;
+    std::map<std::string, std::string> origin;  // GGUF name -> "file: tensor 'HF name'"
+    const bool gemma = hp.arch == "gemma3";
+    for (const auto& [hf_name, stored] : backing->stored) {
+        const safetensors::Tensor& t = *stored.tensor;
+        // A packed weight stands for the weight it packs.
+        std::string weight = hf_name;
+        if (weight.ends_with(".weight_packed")) weight.resize(weight.size() - 7);
+        const std::string name = gguf_name(weight, hp.arch);
+        if (name.empty()) continue;
+        gguf::TensorInfo info;
+        info.name = backing->names.emplace_back(name);
+        gguf::GgufFile::Producer produce;
+        if (auto r = quant ? quant->repack(weight, backing->stored) : std::nullopt) {
+            info.n_dims = 2;
+            info.ne[0] = r->n_cols;
+            info.ne[1] = r->n_rows;
+            info.type = r->type;
+            info.n_elements = static_cast<uint64_t>(r->n_rows) * r->n_cols;
+            info.size_bytes = row_bytes(r->type, r->n_cols) * r->n_rows;
+            produce = std::move(r->produce);
+        } else {
             const TensorType type = tensor_type(t.dtype);
             if (type == TensorType::I8)
-                fail("{}: tensor '{}' is {}, expected F32, F16 or BF16", files[fi], t.name,
+                fail("{}: tensor '{}' is {}, expected F32, F16 or BF16", stored.file, t.name,
                      safetensors::name(t.dtype));
-            gguf::TensorInfo info;
-            info.name = backing->names.emplace_back(name);
             info.n_dims = static_cast<uint32_t>(t.shape.size());
             for (size_t d = 0; d < t.shape.size(); ++d)
                 info.ne[d] = t.shape[t.shape.size() - 1 - d];
             info.type = type;
             info.n_elements = t.n_elements();
             info.size_bytes = t.size_bytes;
-            info.data = bytes.data() + t.begin;
+            info.data = stored.data;
             if (info.n_dims == 1) {
                 // Norms and biases: f32, with Gemma's +1 (its RMSNorm scales by 1 + w).
                 auto& v = backing->vectors.emplace_back(info.n_elements);
@@ -495,9 +517,10 @@ gguf::GgufFile open_checked(const std::string& dir_name) {
                 info.size_bytes = info.n_elements * sizeof(float);
                 info.data = reinterpret_cast<const uint8_t*>(v.data());
             }
-            tensors.push_back(info);
-            origin[name] = fmt::format("{}: tensor '{}'", files[fi], t.name);
         }
+        tensors.push_back(info);
+        producers.push_back(std::move(produce));
+        origin[name] = fmt::format("{}: tensor '{}'", stored.file, t.name);
     }
     for (const auto& [name, file] : claimed)
         if (!seen.contains(name))
@@ -515,6 +538,7 @@ gguf::GgufFile open_checked(const std::string& dir_name) {
         info.size_bytes = v.size() * sizeof(float);
         info.data = reinterpret_cast<const uint8_t*>(v.data());
         tensors.push_back(info);
+        producers.emplace_back();
     }
 
     // Every tensor the config implies, with its shape.
@@ -536,14 +560,19 @@ gguf::GgufFile open_checked(const std::string& dir_name) {
     }
     if (hp.tied_embeddings) {
         // A checkpoint may still store lm_head: the config says it is the embedding.
-        std::erase_if(tensors, [](const gguf::TensorInfo& t) { return t.name == "output.weight"; });
+        for (size_t i = tensors.size(); i-- > 0;)
+            if (tensors[i].name == "output.weight") {
+                tensors.erase(tensors.begin() + static_cast<ptrdiff_t>(i));
+                producers.erase(producers.begin() + static_cast<ptrdiff_t>(i));
+            }
     }
     // Offsets from the span's start (the f32 copies lie outside it).
     const auto* lo = all.data();
     for (auto& t : tensors)
         if (t.data >= lo && t.data < lo + all.size()) t.offset = static_cast<uint64_t>(t.data - lo);
     return gguf::GgufFile::assemble(dir_name, w.to_bytes(), std::move(tensors), all,
-                                    std::shared_ptr<const void>(backing, backing.get()), true);
+                                    std::shared_ptr<const void>(backing, backing.get()), true,
+                                    std::move(producers));
 }
 
 }  // namespace

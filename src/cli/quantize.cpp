@@ -109,25 +109,23 @@ void add_convert_command(CLI::App& app) {
     cmd->add_option("out", o->out, "Output GGUF file")->required();
     cmd->add_option("--type", o->type,
                     "File type, case-insensitive: " + writable_names() +
-                        " (default: the checkpoint's own, f32, f16 or bf16)");
+                        " (default: each tensor as stored; a pre-quantized checkpoint's as "
+                        "headroom repacks it)");
     cmd->add_option("-t,--threads", o->threads, "Threads")->capture_default_str();
     cmd->add_flag("-q,--quiet", o->quiet, "No progress bar");
     cmd->callback([o] {
         const auto in = open_model_file(resolve_model_path(o->in));
-        std::string type = o->type;
-        if (type.empty()) {
-            // The matrices' own type.
-            type = describe_gguf(in).weight_type;
-            if (type != "F32" && type != "F16" && type != "BF16")
-                fail(
-                    "convert: {} holds {} weights; name the file type to write with --type (one "
-                    "of {})",
-                    o->in, type, writable_names());
-        }
-        const WeightType wt = parse_file_type(type);
         QuantizeOptions opt;
-        opt.recipe = gguf_recipe(wt);
-        opt.file_type = gguf_file_type_code(wt);
+        if (o->type.empty()) {
+            // Each tensor as stored (a pre-quantized checkpoint's as repacked).
+            opt.keep_types = true;
+            const auto own = weight_type_from_name(describe_gguf(in).weight_type);
+            opt.file_type = own && info(*own).gguf ? gguf_file_type_code(*own) : 0;
+        } else {
+            const WeightType wt = parse_file_type(o->type);
+            opt.recipe = gguf_recipe(wt);
+            opt.file_type = gguf_file_type_code(wt);
+        }
         opt.n_threads = thread_count(o->threads, "convert --threads");
         opt.progress = !o->quiet;
         quantize_model(in, o->out, opt);

@@ -143,7 +143,8 @@ Instance::~Instance() = default;
 
 void Instance::load(const InstanceOptions& o) {
     const DeploymentRequest request = deployment_request(open_backend(o), o);
-    if (!o.quantization.empty()) quantize_weights(request, o);
+    // A pre-quantized checkpoint's repacked weights are written out too.
+    if (!o.quantization.empty() || file_->has_producers()) quantize_weights(request, o);
     build(plan_deployment(desc_, request), o);
 }
 
@@ -152,10 +153,10 @@ namespace {
 // The name of a quantized copy: the model's name, its type, and a hash of
 // what it was made from (the path, each file's size and modification time)
 // and of the type, so a changed checkpoint is quantized again.
-std::string cache_name(const std::string& path, const HParams& hp, WeightType type) {
+std::string cache_name(const std::string& path, const HParams& hp, const std::string& type) {
     namespace fs = std::filesystem;
     std::error_code ec;
-    std::string identity = fs::absolute(path, ec).string() + "|" + std::string(name(type)) + "|v1";
+    std::string identity = fs::absolute(path, ec).string() + "|" + type + "|v1";
     std::vector<fs::path> files;
     if (fs::is_directory(path, ec)) {
         for (const auto& e : fs::directory_iterator(path, ec)) files.push_back(e.path());
@@ -171,7 +172,7 @@ std::string cache_name(const std::string& path, const HParams& hp, WeightType ty
     std::string stem = hp.name.empty() ? fs::path(path).filename().string() : hp.name;
     for (char& c : stem)
         if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '-';
-    return fmt::format("{}-{}-{:016x}.gguf", stem.substr(0, 64), info(type).label,
+    return fmt::format("{}-{}-{:016x}.gguf", stem.substr(0, 64), type,
                        XXH64(identity.data(), identity.size(), 0));
 }
 
@@ -181,7 +182,9 @@ void Instance::quantize_weights(const DeploymentRequest& request, const Instance
     // The candidates, best first; nullopt is the weights as stored.
     std::vector<std::optional<WeightType>> candidates;
     const bool automatic = o.quantization == "auto";
-    if (automatic) {
+    if (o.quantization.empty()) {
+        candidates.push_back(std::nullopt);  // written out as it is
+    } else if (automatic) {
         candidates.push_back(std::nullopt);
         for (const auto& t : weight_types())
             if (t.gguf && t.candidate && t.quality_cost > 0) candidates.push_back(t.type);
@@ -261,15 +264,24 @@ void Instance::quantize_weights(const DeploymentRequest& request, const Instance
                 "--max-model-len or --max-num-seqs",
                 tried);
     }
-    if (!chosen) return;
+    if (!chosen && !file_->has_producers()) return;
 
-    const QuantizeOptions q = options_for(*chosen);
+    QuantizeOptions q;
+    if (chosen) {
+        q = options_for(*chosen);
+    } else {
+        q.keep_types = true;
+        q.n_threads = static_cast<int>(std::max<uint32_t>(1, o.settings.config.n_threads));
+        q.progress = o.progress;
+    }
+    const std::string type_label =
+        chosen ? std::string(info(*chosen).label) : "repacked-" + desc_.weight_type;
     std::string path;
     bool temporary = o.quantized_cache.empty();
     if (temporary) {
         const char* tmp = std::getenv("TMPDIR");
         path = fmt::format("{}/headroom-quantized-{}-{}.gguf", tmp && *tmp ? tmp : "/tmp",
-                           ::getpid(), info(*chosen).label);
+                           ::getpid(), type_label);
     } else {
         std::error_code ec;
         std::filesystem::create_directories(o.quantized_cache, ec);
@@ -277,7 +289,7 @@ void Instance::quantize_weights(const DeploymentRequest& request, const Instance
             fail("--quantized-cache {}: cannot create the folder: {}", o.quantized_cache,
                  ec.message());
         path = (std::filesystem::path(o.quantized_cache) /
-                cache_name(file_->path(), desc_.hp, *chosen))
+                cache_name(file_->path(), desc_.hp, type_label))
                    .string();
     }
     if (temporary || !std::filesystem::exists(path)) {
@@ -291,7 +303,7 @@ void Instance::quantize_weights(const DeploymentRequest& request, const Instance
         if (std::rename(part.c_str(), path.c_str()) != 0)
             fail("{}: cannot move the quantized model into place: {}", path, std::strerror(errno));
     } else if (o.progress) {
-        fmt::print(stderr, "quantization: {} from the cache ({})\n", info(*chosen).label, path);
+        fmt::print(stderr, "quantization: {} from the cache ({})\n", type_label, path);
     }
     auto quantized = std::make_unique<gguf::GgufFile>(open_model_file(path));
     // Mapped: the file's pages stay reachable once its name is gone.
@@ -310,6 +322,7 @@ kernels::Backend& Instance::open_backend(const InstanceOptions& o) {
 
 void Instance::build(const Deployment& deployment, const InstanceOptions& o) {
     HR_CHECK_MSG(backend_ && !runner_, "build() once, after open_backend()");
+    HR_CHECK_MSG(!file_->has_producers(), "a repacked checkpoint is written out by load()");
     deployment_ = deployment;
     const Deployment& d = deployment_;
     auto say = [&](const std::string& line) {

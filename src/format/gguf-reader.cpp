@@ -275,7 +275,9 @@ GgufFile GgufFile::open(const std::string& path) {
 
 GgufFile GgufFile::assemble(std::string label, std::vector<uint8_t> header,
                             std::vector<TensorInfo> tensors, std::span<const uint8_t> data,
-                            std::shared_ptr<const void> keep, bool mapped) {
+                            std::shared_ptr<const void> keep, bool mapped,
+                            std::vector<Producer> producers) {
+    HR_CHECK(producers.empty() || producers.size() == tensors.size());
     auto owned = std::make_shared<const std::vector<uint8_t>>(std::move(header));
     GgufFile f = parse(*owned, label);
     HR_CHECK(f.tensors_.empty());
@@ -285,6 +287,7 @@ GgufFile GgufFile::assemble(std::string label, std::vector<uint8_t> header,
     f.bytes_ = data;
     f.data_offset_ = 0;
     f.tensors_ = std::move(tensors);
+    f.producers_ = std::move(producers);
     for (size_t i = 0; i < f.tensors_.size(); ++i) {
         const TensorInfo& t = f.tensors_[i];
         if (!f.tensor_index_.emplace(t.name, i).second)
@@ -380,6 +383,12 @@ void GgufFile::parse_all() {
     if (!std::holds_alternative<std::string_view>(find("general.architecture")->data))
         fail("{}: byte {}: metadata 'general.architecture' is {}, expected a string", label_,
              key_offset("general.architecture"), find("general.architecture")->to_display());
+}
+
+bool GgufFile::has_producers() const {
+    for (const auto& p : producers_)
+        if (p) return true;
+    return false;
 }
 
 uint64_t GgufFile::key_offset(std::string_view key) const {

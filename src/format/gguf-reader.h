@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -52,9 +53,20 @@ class GgufFile {
     // names and data lie in what `keep` holds alive: in `data`, the span the
     // backends see as the model's file (mapped: a read-only mapping of
     // files, whose pages may be dropped), or beside it (copies).
+    // A tensor may instead have a producer (and no data): a function that
+    // writes its size_bytes, run when the model is written out
+    // (tools/quantize.h) before it is loaded.
+    using Producer = std::function<void(uint8_t* dst)>;
     static GgufFile assemble(std::string label, std::vector<uint8_t> header,
                              std::vector<TensorInfo> tensors, std::span<const uint8_t> data,
-                             std::shared_ptr<const void> keep, bool mapped);
+                             std::shared_ptr<const void> keep, bool mapped,
+                             std::vector<Producer> producers = {});
+    // Tensor i's producer, or null when its bytes are at its data.
+    const Producer* producer(size_t i) const {
+        return i < producers_.size() && producers_[i] ? &producers_[i] : nullptr;
+    }
+    // Some tensors are produced: the model must be written out to be loaded.
+    bool has_producers() const;
 
     const std::string& path() const { return label_; }
     uint32_t version() const { return version_; }
@@ -111,6 +123,7 @@ class GgufFile {
     std::shared_ptr<const void> keep_;                    // an assembled model's files and names
     std::shared_ptr<const std::vector<uint8_t>> header_;  // an assembled model's metadata
     bool mapped_ = false;
+    std::vector<Producer> producers_;
     std::span<const uint8_t> bytes_;
     std::string label_;
     uint32_t version_ = 0;

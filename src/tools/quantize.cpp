@@ -22,6 +22,11 @@
 namespace headroom {
 
 std::vector<TensorType> choose_tensor_types(const gguf::GgufFile& in, const QuantizeOptions& opt) {
+    if (opt.keep_types) {
+        std::vector<TensorType> types;
+        for (const auto& t : in.tensors()) types.push_back(t.type);
+        return types;
+    }
     const std::vector<WeightTensor> inventory = tensor_inventory(in);
     std::vector<TensorType> types =
         choose_tensor_types(inventory, read_hparams(in, false), opt.recipe);
@@ -137,22 +142,41 @@ void quantize_model(const gguf::GgufFile& in, const std::string& out_path,
         const RowOrder order = row_order(in, hp, t.name);
         // Only a mapping's pages: an f32 copy beside it would be zeroed.
         const auto section = in.data_section();
-        const bool drop = in.is_mapped() && t.data >= section.data() &&
+        const bool drop = in.is_mapped() && t.data && t.data >= section.data() &&
                           t.data + t.size_bytes <= section.data() + section.size();
+        const gguf::GgufFile::Producer* produce = in.producer(i);
         w.add_tensor(
             std::string(t.name), dst_type, shape,
-            [src, dst_type, order, drop, &pool](uint8_t* dst) {
+            [src, dst_type, order, drop, produce, &pool](uint8_t* dst) {
                 const int64_t n_cols = src->ne[0];
                 const int64_t n_rows = src->n_rows();
                 const uint64_t src_row = row_bytes(src->type, static_cast<uint64_t>(n_cols));
                 const uint64_t dst_row = row_bytes(dst_type, static_cast<uint64_t>(n_cols));
-                if (src->type == dst_type && order.head_rows == 0) {
-                    std::memcpy(dst, src->data, src->size_bytes);
+                const bool same = src->type == dst_type && order.head_rows == 0;
+                // A produced tensor (a pre-quantized checkpoint's, repacked) is made
+                // first: in place when it is written as it is.
+                if (produce && same) {
+                    (*produce)(dst);
+                    return;
+                }
+                std::vector<uint8_t> made;
+                const uint8_t* data = src->data;
+                if (produce) {
+                    made.resize(src->size_bytes);
+                    (*produce)(made.data());
+                    data = made.data();
+                }
+                if (same) {
+                    std::memcpy(dst, data, src->size_bytes);
+                } else if (src->type == dst_type) {
+                    // Rows reordered, bytes unchanged (no round trip through f32).
+                    for (int64_t r = 0; r < n_rows; ++r)
+                        std::memcpy(dst + r * dst_row, data + order.source(r) * src_row, dst_row);
                 } else {
                     pool.parallel_for(n_rows, [&](int64_t begin, int64_t end, int) {
                         std::vector<float> row(static_cast<size_t>(n_cols));  // (n_cols,) f32
                         for (int64_t r = begin; r < end; ++r) {
-                            const uint8_t* in_row = src->data + order.source(r) * src_row;
+                            const uint8_t* in_row = data + order.source(r) * src_row;
                             ref::dequantize_row(src->type, in_row, row.data(), n_cols);
                             ref::quantize_row(dst_type, row.data(), dst + r * dst_row, n_cols);
                         }

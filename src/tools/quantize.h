@@ -22,6 +22,9 @@ struct QuantizeOptions {
     std::optional<TensorType> output_type;     // output.weight; default: the recipe's
     int n_threads = 1;
     bool progress = true;
+    // Every tensor in its own type (the recipe unused): a model written out
+    // as it is, e.g. a pre-quantized checkpoint's repacked weights.
+    bool keep_types = false;
 };
 
 // The type of every tensor of `in`, in file order: the recipe's rule

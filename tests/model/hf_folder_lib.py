@@ -75,8 +75,13 @@ def tokenizer():
     return {"version": "1.0", "added_tokens": [], "normalizer": None,
             "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
                               "trim_offsets": True, "use_regex": True},
-            "post_processor": None, "decoder": {"type": "ByteLevel"},
-            "model": {"type": "BPE", "vocab": vocab, "merges": []}}
+            "post_processor": None,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                        "use_regex": True},
+            "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                      "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                      "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                      "vocab": vocab, "merges": []}}
 
 
 def write_folder(path, config, weights=None, shards=None, dtype="F32"):

@@ -95,13 +95,9 @@ struct Backing {
 };
 
 json read_json(const fs::path& path) {
-    std::ifstream in(path);
-    if (!in) fail("{}: cannot read the file", path.string());
-    try {
-        return json::parse(in);
-    } catch (const json::exception& e) {
-        fail("{}: not valid JSON ({})", path.string(), e.what());
-    }
+    auto j = read_json_file(path.string());
+    if (!j) fail("{}: cannot read the file", path.string());
+    return *j;
 }
 
 // The text part of a config (multimodal checkpoints nest it), falling back
@@ -481,6 +477,7 @@ gguf::GgufFile open_checked(const std::string& dir_name) {
         // A packed weight stands for the weight it packs.
         std::string weight = hf_name;
         if (weight.ends_with(".weight_packed")) weight.resize(weight.size() - 7);
+        if (weight.ends_with(".qweight")) weight = weight.substr(0, weight.size() - 8) + ".weight";
         const std::string name = gguf_name(weight, hp.arch);
         if (name.empty()) continue;
         gguf::TensorInfo info;

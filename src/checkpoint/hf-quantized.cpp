@@ -104,10 +104,33 @@ std::optional<QuantizedCheckpoint> QuantizedCheckpoint::from_config(const json& 
         }
         return q;
     }
+    if (q.method_ == "gptq" || q.method_ == "awq") {
+        q.num_bits = field<uint32_t>(*qc, q.method_ == "gptq" ? "bits" : "w_bit", 0u);
+        if (q.num_bits == 0) q.num_bits = field<uint32_t>(*qc, "bits", 0u);
+        q.group_size = field<int64_t>(*qc, q.method_ == "gptq" ? "group_size" : "q_group_size", 0);
+        if (q.group_size == 0) q.group_size = field<int64_t>(*qc, "group_size", -1);
+        if (q.group_size <= 0) q.group_size = 0;  // one group per column of inputs: per channel
+        q.symmetric = q.method_ == "gptq" ? field<bool>(*qc, "sym", true)
+                                          : !field<bool>(*qc, "zero_point", true);
+        q.format_ = field<std::string>(*qc, q.method_ == "gptq" ? "checkpoint_format" : "version",
+                                       q.method_ == "gptq" ? "gptq" : "gemm");
+        for (char& c : q.format_)
+            c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        q.zeros_minus_one = q.method_ == "gptq" && q.format_ == "gptq";
+        if (q.num_bits != 4)
+            fail("{}: {}-bit {} weights: headroom reads 4-bit ones", label, q.num_bits, q.method_);
+        if (q.method_ == "gptq" && q.format_ != "gptq" && q.format_ != "gptq_v2")
+            fail("{}: GPTQ checkpoint_format '{}' is not one headroom reads (gptq, gptq_v2)", label,
+                 clipped(q.format_));
+        if (q.method_ == "awq" && q.format_ != "gemm")
+            fail("{}: AWQ version '{}' is not one headroom reads (gemm)", label,
+                 clipped(q.format_));
+        return q;
+    }
     if (q.method_ != "compressed-tensors")
         fail(
-            "{}: quantization_config says '{}': headroom reads compressed-tensors (GPTQ, AWQ, FP8 "
-            "from llm-compressor) and fp8 checkpoints, and F32, F16 and BF16 ones",
+            "{}: quantization_config says '{}': headroom reads compressed-tensors, gptq, awq and "
+            "fp8 checkpoints, and F32, F16 and BF16 ones",
             label, clipped(q.method_));
     q.format_ = field<std::string>(*qc, "format", "");
     const auto groups = qc->find("config_groups");
@@ -181,6 +204,7 @@ std::optional<Repacked> QuantizedCheckpoint::repack(const std::string& name,
                  suffix, what);
         return *s;
     };
+    if (method_ == "gptq" || method_ == "awq") return repack_gptq_awq(base, tensors);
     const Stored* packed = find(".weight_packed");
     const Stored* plain = find(".weight");
     if (!packed &&
@@ -371,6 +395,124 @@ std::optional<Repacked> QuantizedCheckpoint::repack(const std::string& name,
                     const auto hi = static_cast<uint8_t>(q_at(i, b * 32 + k + 16) + 8);
                     qs[k] = static_cast<uint8_t>(lo | (hi << 4));
                 }
+            }
+    };
+    return r;
+}
+
+std::optional<Repacked> QuantizedCheckpoint::repack_gptq_awq(const std::string& base,
+                                                             const StoredTensors& tensors) const {
+    auto find = [&](const char* suffix) -> const Stored* {
+        auto it = tensors.find(base + suffix);
+        return it == tensors.end() ? nullptr : &it->second;
+    };
+    const Stored* qweight = find(".qweight");
+    if (!qweight) return std::nullopt;
+    const Stored* qzeros = find(".qzeros");
+    const Stored* scales = find(".scales");
+    const Stored* g_idx = find(".g_idx");
+    if (!qzeros || !scales)
+        fail("{}: the checkpoint lacks '{}.qzeros' or '{}.scales' beside its qweight", label_, base,
+             base);
+    const bool gptq = method_ == "gptq";
+    const auto& ws = qweight->tensor->shape;
+    const auto& ss = scales->tensor->shape;
+    if (qweight->tensor->dtype != Dtype::I32 || ws.size() != 2 || ss.size() != 2 ||
+        qzeros->tensor->dtype != Dtype::I32 || qzeros->tensor->shape.size() != 2)
+        fail("{}: '{}' is not an I32 matrix with qzeros and scales matrices", qweight->file,
+             qweight->tensor->name);
+    // GPTQ: qweight [in/8, out]; AWQ: qweight [in, out/8]. scales [groups, out].
+    const int64_t out = gptq ? ws[1] : ws[1] * 8;
+    const int64_t in = gptq ? ws[0] * 8 : ws[0];
+    const int64_t n_groups = ss[0];
+    if (ss[1] != out || n_groups <= 0 || in % n_groups != 0 ||
+        qzeros->tensor->shape[0] != n_groups || qzeros->tensor->shape[1] * 8 != out)
+        fail(
+            "{}: '{}' ({} x {}), its scales ({} x {}) and qzeros do not agree on {} inputs and "
+            "{} outputs",
+            qweight->file, qweight->tensor->name, ws[0], ws[1], ss[0], ss[1], in, out);
+    const Dtype sd = scales->tensor->dtype;
+    if (sd != Dtype::F16 && sd != Dtype::BF16 && sd != Dtype::F32)
+        fail("{}: scales '{}' are {}, expected F16", scales->file, scales->tensor->name,
+             safetensors::name(sd));
+    if (in % 32 != 0)
+        fail("{}: '{}' has {} inputs, not whole 32-value blocks", qweight->file,
+             qweight->tensor->name, in);
+    const int64_t gs = in / n_groups;
+    // AWQ packs eight outputs of a word in this order of nibbles.
+    static constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+    int awq_slot[8];  // output 8j + k is in nibble awq_slot[k]
+    for (int k = 0; k < 8; ++k) awq_slot[kAwqOrder[k]] = k;
+    const Stored* wp = qweight;
+    const Stored* zp = qzeros;
+    const Stored* sp = scales;
+    // q(o, i) and z(o, g), unsigned 4-bit.
+    auto q_at = [=](int64_t o, int64_t i) -> int32_t {
+        if (gptq)
+            return static_cast<int32_t>((word(wp->data, (i / 8) * out + o) >> (4 * (i % 8))) & 15);
+        return static_cast<int32_t>(
+            (word(wp->data, i * (out / 8) + o / 8) >> (4 * awq_slot[o % 8])) & 15);
+    };
+    const bool minus_one = zeros_minus_one;
+    auto z_at = [=](int64_t o, int64_t g) -> int32_t {
+        const int slot = gptq ? static_cast<int>(o % 8) : awq_slot[o % 8];
+        const auto z =
+            static_cast<int32_t>((word(zp->data, g * (out / 8) + o / 8) >> (4 * slot)) & 15);
+        return minus_one ? z + 1 : z;
+    };
+    auto s_at = [=](int64_t o, int64_t g) { return scalar(*sp, g * out + o); };
+    bool reordered = false;
+    if (g_idx) {
+        if (g_idx->tensor->dtype != Dtype::I32 ||
+            g_idx->tensor->n_elements() != static_cast<uint64_t>(in))
+            fail("{}: '{}' is not one I32 group index per input", g_idx->file, g_idx->tensor->name);
+        for (int64_t i = 0; i < in; ++i) {
+            const auto g = static_cast<int32_t>(word(g_idx->data, i));
+            if (g < 0 || g >= n_groups)
+                fail("{}: '{}' names group {} of {}", g_idx->file, g_idx->tensor->name, g,
+                     n_groups);
+            reordered |= g != i / gs;
+        }
+    }
+    Repacked r;
+    r.n_rows = out;
+    r.n_cols = in;
+    const Stored* gp = g_idx;
+    if (reordered || gs % 32 != 0) {
+        r.type = TensorType::BF16;
+        r.produce = [=](uint8_t* dst) {
+            for (int64_t o = 0; o < out; ++o)
+                for (int64_t i = 0; i < in; ++i) {
+                    const int64_t g = gp ? static_cast<int32_t>(word(gp->data, i)) : i / gs;
+                    const float v = static_cast<float>(q_at(o, i) - z_at(o, g)) * s_at(o, g);
+                    const uint16_t b = f32_to_bf16(v);
+                    std::memcpy(dst + 2 * (o * in + i), &b, 2);
+                }
+        };
+        return r;
+    }
+    // Zero points all 8: Q4_0 exactly; else Q4_1 with m = −scale · z.
+    bool all_eight = true;
+    for (int64_t o = 0; o < out && all_eight; ++o)
+        for (int64_t g = 0; g < n_groups && all_eight; ++g) all_eight = z_at(o, g) == 8;
+    r.type = all_eight ? TensorType::Q4_0 : TensorType::Q4_1;
+    const int64_t n_blocks = in / 32;
+    r.produce = [=](uint8_t* dst) {
+        const int64_t block_bytes = all_eight ? 18 : 20;
+        for (int64_t o = 0; o < out; ++o)
+            for (int64_t b = 0; b < n_blocks; ++b) {
+                uint8_t* blk = dst + (o * n_blocks + b) * block_bytes;
+                const int64_t g = (b * 32) / gs;
+                const float d = s_at(o, g);
+                put_f16(blk, d);
+                uint8_t* qs = blk + 2;
+                if (!all_eight) {
+                    put_f16(blk + 2, -d * static_cast<float>(z_at(o, g)));
+                    qs = blk + 4;
+                }
+                for (int k = 0; k < 16; ++k)
+                    qs[k] =
+                        static_cast<uint8_t>(q_at(o, b * 32 + k) | (q_at(o, b * 32 + k + 16) << 4));
             }
     };
     return r;

@@ -13,6 +13,12 @@
 //   int8 (W8A16), symmetric -> Q8_0, d = scale: exact, as above.
 //   Groups chosen by activation order (a weight_g_idx that is not column / G)
 //   -> BF16 of the dequantized weight: |error| ≤ 2^-9 |w|.
+//   AutoGPTQ (quant_method "gptq": qweight [in/8, out] packed down the
+//   inputs, qzeros [groups, out/8] stored less 1 in the v1 format, scales
+//   [groups, out], g_idx) and AutoAWQ GEMM (quant_method "awq": qweight
+//   [in, out/8] and qzeros packed across the outputs in the order
+//   0 2 4 6 1 3 5 7), w = scale (q − z), q and z unsigned 4-bit: as the
+//   int4 above (z = 8 everywhere: Q4_0; else Q4_1; g_idx reordered: BF16).
 //   FP8 e4m3 (compressed-tensors "float-quantized" with a per-tensor,
 //   per-channel or per-group weight_scale; quant_method "fp8" with
 //   weight_scale_inv blocks, as Qwen3-FP8 and DeepSeek-V3) -> BF16 of
@@ -81,6 +87,11 @@ class QuantizedCheckpoint {
     bool symmetric = true;
     int64_t group_size = 0;                  // 0: one group per row (channel), -1: the whole tensor
     int64_t block_rows = 0, block_cols = 0;  // fp8 weight_scale_inv blocks
+    bool zeros_minus_one = false;            // GPTQ v1: zeros are stored less 1
+
+    // AutoGPTQ's and AutoAWQ's own layouts (qweight, qzeros, scales, g_idx).
+    std::optional<Repacked> repack_gptq_awq(const std::string& base,
+                                            const StoredTensors& tensors) const;
 };
 
 }  // namespace headroom::hf

@@ -38,14 +38,7 @@ size_t utf8_length(std::string_view s) {
 }
 
 std::optional<json> read_optional(const fs::path& path) {
-    if (!fs::exists(path)) return std::nullopt;
-    std::ifstream in(path);
-    if (!in) fail("{}: cannot read the file", path.string());
-    try {
-        return json::parse(in);
-    } catch (const json::exception& e) {
-        fail("{}: not valid JSON ({})", path.string(), e.what());
-    }
+    return read_json_file(path.string());
 }
 
 // The steps of a pre-tokenizer or normalizer: a Sequence's, or itself.
@@ -165,6 +158,17 @@ std::string chat_template(const fs::path& dir, const std::optional<json>& cfg) {
 }
 
 }  // namespace
+
+std::optional<json> read_json_file(const std::string& path) {
+    if (!fs::exists(path)) return std::nullopt;
+    std::ifstream in(path);
+    if (!in) fail("{}: cannot read the file", path);
+    try {
+        return json::parse(in);
+    } catch (const json::exception& e) {
+        fail("{}: not valid JSON ({})", path, e.what());
+    }
+}
 
 void add_tokenizer(const std::string& dir_name, uint32_t n_vocab, gguf::GgufWriter& w) {
     const fs::path dir(dir_name);

@@ -14,11 +14,16 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "format/gguf-writer.h"
 
 namespace headroom::hf {
+
+// A JSON file of the folder: nullopt when it is absent; headroom::Error
+// naming it when it cannot be read or is not JSON.
+std::optional<nlohmann::json> read_json_file(const std::string& path);
 
 // Throws headroom::Error naming the file and the field for a missing
 // tokenizer.json, a tokenizer kind headroom does not implement, or a

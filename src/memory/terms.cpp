@@ -156,8 +156,15 @@ ModelDesc describe_gguf(const gguf::GgufFile& file) {
         if (!is_expert_tensor(t.name))
             m.largest_dense_device_tensor_bytes =
                 std::max(m.largest_dense_device_tensor_bytes, slot);
-        // The CPU keeps a vector stored in another type as an f32 copy too.
-        const uint64_t copy = t.n_dims == 1 && t.type != TensorType::F32 ? t.n_elements * 4 : 0;
+        // The CPU keeps a vector stored in another type as an f32 copy too;
+        // a folder's vectors are f32 copies already, beside its mapped files
+        // (the backend counts both, as for a copy it made), unless the folder
+        // is written out to be run (a pre-quantized one, repacked).
+        const auto section = file.data_section();
+        const bool beside = t.data && !file.has_producers() &&
+                            (t.data < section.data() || t.data >= section.data() + section.size());
+        const uint64_t copy =
+            t.n_dims == 1 && (t.type != TensorType::F32 || beside) ? t.n_elements * 4 : 0;
         const uint64_t on_host = t.size_bytes + copy;
         m.vector_copy_bytes += copy;
         uint32_t layer = 0;

@@ -15,6 +15,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numbers>
+#include <optional>
 #include <set>
 
 #include "checkpoint/hf-quantized.h"
@@ -230,6 +231,13 @@ std::string gguf_name(const std::string& hf, const std::string& arch) {
         {"mlp.down_proj", "ffn_down"},
         {"pre_feedforward_layernorm", "ffn_norm"},
         {"post_feedforward_layernorm", "post_ffw_norm"},
+        // Mixtures of experts: the router, Qwen2-MoE's shared expert and its gate.
+        {"mlp.gate", "ffn_gate_inp"},
+        {"block_sparse_moe.gate", "ffn_gate_inp"},
+        {"mlp.shared_expert.gate_proj", "ffn_gate_shexp"},
+        {"mlp.shared_expert.up_proj", "ffn_up_shexp"},
+        {"mlp.shared_expert.down_proj", "ffn_down_shexp"},
+        {"mlp.shared_expert_gate", "ffn_gate_inp_shexp"},
     };
     const size_t last = rest.rfind('.');
     if (last == std::string::npos) return {};
@@ -245,6 +253,38 @@ std::string gguf_name(const std::string& hf, const std::string& arch) {
         return {};
     }
     return fmt::format("blk.{}.{}.{}", il, to, kind);
+}
+
+// An expert's matrix: "model.layers.N.mlp.experts.E.gate_proj.weight" (Qwen
+// MoE) or "model.layers.N.block_sparse_moe.experts.E.w1.weight" (Mixtral:
+// w1 gate, w3 up, w2 down) -> the GGUF tensor of all the layer's experts
+// ("blk.N.ffn_gate_exps.weight") and E; nullopt for any other tensor.
+std::optional<std::pair<std::string, uint32_t>> expert_of(const std::string& hf) {
+    const std::string layers = "model.layers.";
+    if (!hf.starts_with(layers)) return std::nullopt;
+    const size_t dot = hf.find('.', layers.size());
+    if (dot == std::string::npos) return std::nullopt;
+    const std::string il = hf.substr(layers.size(), dot - layers.size());
+    std::string rest = hf.substr(dot + 1);
+    for (const char* prefix : {"mlp.experts.", "block_sparse_moe.experts."}) {
+        if (!rest.starts_with(prefix)) continue;
+        rest = rest.substr(strlen(prefix));
+        const size_t e_end = rest.find('.');
+        if (e_end == std::string::npos || e_end == 0 || e_end > 6) return std::nullopt;
+        const std::string e = rest.substr(0, e_end);
+        if (!std::all_of(e.begin(), e.end(), ::isdigit) ||
+            !std::all_of(il.begin(), il.end(), ::isdigit) || il.empty() || il.size() > 6)
+            return std::nullopt;
+        static const std::map<std::string, std::string> kParts = {
+            {"gate_proj.weight", "ffn_gate_exps"}, {"up_proj.weight", "ffn_up_exps"},
+            {"down_proj.weight", "ffn_down_exps"}, {"w1.weight", "ffn_gate_exps"},
+            {"w3.weight", "ffn_up_exps"},          {"w2.weight", "ffn_down_exps"}};
+        auto it = kParts.find(rest.substr(e_end + 1));
+        if (it == kParts.end()) return std::nullopt;
+        return std::pair{fmt::format("blk.{}.{}.weight", il, it->second),
+                         static_cast<uint32_t>(std::stoul(e))};
+    }
+    return std::nullopt;
 }
 
 // The HF names that map to a GGUF tensor name, for messages: "'a' (or 'b')".
@@ -425,10 +465,10 @@ gguf::GgufFile open_checked(const std::string& dir_name) {
     const std::string label = config_path.string();
     ModelShape s = shape_from_hf_config(top, label);
     HParams& hp = s.hp;
-    if (!is_supported_arch(hp.arch) || hp.n_expert > 0)
+    if (!is_supported_arch(hp.arch) || hp.arch == "gpt-oss")
         fail(
-            "{}: model_type '{}' is not one headroom runs from a folder (llama, mistral, qwen2, "
-            "qwen3, gemma3)",
+            "{}: model_type '{}' is not one headroom runs from a folder (llama, mistral, mixtral, "
+            "qwen2, qwen2_moe, qwen3, qwen3_moe, gemma3)",
             label, s.model_type);
     const std::optional<QuantizedCheckpoint> quant = QuantizedCheckpoint::from_config(top, label);
     const json* text = nullptr;
@@ -472,8 +512,17 @@ gguf::GgufFile open_checked(const std::string& dir_name) {
     std::vector<gguf::GgufFile::Producer> producers;
     std::map<std::string, std::string> origin;  // GGUF name -> "file: tensor 'HF name'"
     const bool gemma = hp.arch == "gemma3";
+    // Each layer's experts, stored one matrix per expert, become one tensor
+    // of n_expert matrices: written out (stacked) before loading.
+    std::map<std::string, std::map<uint32_t, const Stored*>> expert_parts;
     for (const auto& [hf_name, stored] : backing->stored) {
         const safetensors::Tensor& t = *stored.tensor;
+        if (auto e = expert_of(hf_name)) {
+            if (!expert_parts[e->first].emplace(e->second, &stored).second)
+                fail("{}: expert {} of '{}' appears twice", stored.file, e->second, e->first);
+            origin[e->first] = fmt::format("{}: tensor '{}'", stored.file, t.name);
+            continue;
+        }
         // A packed weight stands for the weight it packs.
         std::string weight = hf_name;
         if (weight.ends_with(".weight_packed")) weight.resize(weight.size() - 7);
@@ -503,6 +552,9 @@ gguf::GgufFile open_checked(const std::string& dir_name) {
             info.n_elements = t.n_elements();
             info.size_bytes = t.size_bytes;
             info.data = stored.data;
+            if (info.n_dims == 2 && info.ne[1] == 1 && name.ends_with("_shexp.weight")) {
+                info.n_dims = 1;  // Qwen2-MoE's shared-expert gate: (1, n_embd), a vector
+            }
             if (info.n_dims == 1) {
                 // Norms and biases: f32, with Gemma's +1 (its RMSNorm scales by 1 + w).
                 auto& v = backing->vectors.emplace_back(info.n_elements);
@@ -518,6 +570,37 @@ gguf::GgufFile open_checked(const std::string& dir_name) {
         tensors.push_back(info);
         producers.push_back(std::move(produce));
         origin[name] = fmt::format("{}: tensor '{}'", stored.file, t.name);
+    }
+    for (const auto& [name, parts] : expert_parts) {
+        const Stored& first = *parts.begin()->second;
+        const auto& shape = first.tensor->shape;
+        if (parts.size() != hp.n_expert || parts.rbegin()->first != hp.n_expert - 1)
+            fail("{}: '{}' has {} experts of the config's {}", first.file, name, parts.size(),
+                 hp.n_expert);
+        const TensorType type = tensor_type(first.tensor->dtype);
+        for (const auto& [e, st] : parts)
+            if (st->tensor->shape != shape || st->tensor->dtype != first.tensor->dtype ||
+                shape.size() != 2 || type == TensorType::I8)
+                fail("{}: expert {} of '{}' is not a {} matrix like expert 0's", st->file, e, name,
+                     safetensors::name(first.tensor->dtype));
+        gguf::TensorInfo info;
+        info.name = backing->names.emplace_back(name);
+        info.n_dims = 3;
+        info.ne[0] = shape[1];
+        info.ne[1] = shape[0];
+        info.ne[2] = hp.n_expert;
+        info.type = type;
+        info.n_elements = first.tensor->n_elements() * hp.n_expert;
+        info.size_bytes = first.tensor->size_bytes * hp.n_expert;
+        std::vector<const Stored*> in_order;
+        for (const auto& [e, st] : parts) in_order.push_back(st);
+        tensors.push_back(info);
+        producers.push_back([in_order](uint8_t* dst) {
+            for (const Stored* st : in_order) {
+                std::memcpy(dst, st->data, st->tensor->size_bytes);
+                dst += st->tensor->size_bytes;
+            }
+        });
     }
     for (const auto& [name, file] : claimed)
         if (!seen.contains(name))

@@ -7,8 +7,12 @@
 // rest of headroom (hyperparameters, tokenizer, planner, backends) reads a
 // folder as it reads a GGUF file. Nothing of the weights is copied but 1-D
 // tensors (norms, biases: converted to f32, Gemma's norms with their +1) and
-// what a format stores apart that headroom keeps together (the RoPE frequency
-// factors of Llama 3.1 scaling).
+// the RoPE frequency factors of Llama 3.1 scaling. Tensors a folder stores
+// otherwise than headroom runs them have producers instead of data
+// (gguf::GgufFile::assemble): a mixture of experts' per-expert matrices,
+// stacked, and a pre-quantized checkpoint's weights, repacked
+// (checkpoint/hf-quantized.h); such a folder is written out as a GGUF
+// before it is loaded (engine/instance.h).
 //
 // Differences from a converted GGUF that the model code honours:
 //   - Llama's q/k projections are not permuted (llama.cpp's converter

@@ -285,7 +285,8 @@ void add_tokenizer_checked(const json& tokenizer, const TokenizerFiles& files, u
             if (text.size() == 6 && text.starts_with("<0x") && text.ends_with('>'))
                 types[i] = kByte;
         bool prefix = false;
-        for (const json* s : steps(tok->value("normalizer", json()), "normalizers"))
+        const json normalizer = tok->value("normalizer", json());
+        for (const json* s : steps(normalizer, "normalizers"))
             if (is_type(s, "Prepend")) prefix = true;
         for (const json* s : steps(pre, "pretokenizers"))
             if (is_type(s, "Metaspace"))

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Hugging Face folders run as they are: tiny random models of every dense
-architecture headroom runs, made by transformers (from_config, random
-weights, save_pretrained to safetensors), give transformers' own logits.
+"""Hugging Face folders run as they are: tiny random models of every
+architecture headroom runs from folders (Llama, Mistral, Mixtral, Qwen2,
+Qwen2-MoE, Qwen3, Qwen3-MoE, Gemma 3), made by transformers (from_config,
+random weights, save_pretrained to safetensors), give transformers' own
+logits.
 
 For each model, `headroom eval -m FOLDER --tokens ...` (f32 activations and
 KV cache) is compared with transformers' forward over the same tokens:
@@ -10,7 +12,9 @@ cover f32, bf16 and f16 checkpoints (transformers reads the 16-bit ones
 into f32, so both sides multiply the same weights), sharded checkpoints
 with an index, tied and untied embeddings, Llama 3.1's "llama3" RoPE
 scaling, linear RoPE scaling, Gemma 3's sliding-window layers and its
-per-kind RoPE bases, and a tokenizer.json that headroom must read.
+per-kind RoPE bases, experts stored one matrix per expert (stacked as the
+folder is written out before loading) with Qwen2-MoE's gated shared expert,
+and a tokenizer.json that headroom must read.
 """
 import os
 import subprocess
@@ -49,6 +53,12 @@ def configs():
         "mistral": t.MistralConfig(**COMMON, head_dim=16, sliding_window=None),
         "qwen2": t.Qwen2Config(**COMMON),
         "qwen3": t.Qwen3Config(**COMMON, head_dim=32),
+        "mixtral": t.MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2),
+        "qwen2moe": t.Qwen2MoeConfig(**COMMON, moe_intermediate_size=32,
+                                     shared_expert_intermediate_size=48, num_experts=4,
+                                     num_experts_per_tok=2),
+        "qwen3moe": t.Qwen3MoeConfig(**COMMON, moe_intermediate_size=32, num_experts=4,
+                                     num_experts_per_tok=2, head_dim=16, norm_topk_prob=True),
         "gemma3": t.Gemma3TextConfig(
             **COMMON, head_dim=16, sliding_window=6, query_pre_attn_scalar=16,
             layer_types=["sliding_attention", "sliding_attention", "full_attention"]),
@@ -106,7 +116,8 @@ def main():
     cases += [("llama", cfg["llama"], torch.bfloat16, None),
               ("qwen3", cfg["qwen3"], torch.bfloat16, "40KB"),
               ("gemma3", cfg["gemma3"], torch.bfloat16, None),
-              ("qwen2", cfg["qwen2"], torch.float16, "60KB")]
+              ("qwen2", cfg["qwen2"], torch.float16, "60KB"),
+              ("qwen2moe", cfg["qwen2moe"], torch.bfloat16, "50KB")]
     failures = []
     for name, config, dtype, shard in cases:
         path = make_folder(name, config, dtype, root, shard)

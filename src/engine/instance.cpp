@@ -159,7 +159,8 @@ std::string cache_name(const std::string& path, const HParams& hp, const std::st
     std::string identity = fs::absolute(path, ec).string() + "|" + type + "|v1";
     std::vector<fs::path> files;
     if (fs::is_directory(path, ec)) {
-        for (const auto& e : fs::directory_iterator(path, ec)) files.push_back(e.path());
+        for (const auto& e : fs::directory_iterator(path, ec))
+            if (e.is_regular_file(ec)) files.push_back(e.path());  // not a cache folder inside
     } else {
         files.push_back(path);
     }

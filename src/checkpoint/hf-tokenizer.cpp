@@ -234,6 +234,11 @@ void add_tokenizer_checked(const json& tokenizer, const TokenizerFiles& files, u
         }
     }
     if (texts.empty()) fail("{}: the vocabulary is empty", label);
+    if (n_vocab > kMaxVocab)
+        fail(
+            "{}: the model's vocabulary is said to be {} tokens, more than {}: config.json is "
+            "damaged",
+            label, n_vocab, kMaxVocab);
     const int64_t n = std::max<int64_t>(texts.rbegin()->first + 1, n_vocab);
     if (n > n_vocab)
         fail("{}: token id {} is past the model's vocabulary of {} (config.json vocab_size)", label,

@@ -120,6 +120,10 @@ def main():
         f.write('{"model_type": "llama", "hidden_size": ')
     expect_refused(bad_config, "a config.json that is not JSON", "config.json", "not valid JSON")
 
+    huge = write_folder(os.path.join(root, "huge-vocab"),
+                        config=dict(CONFIG, vocab_size=4_000_000_000), weights=w)
+    expect_refused(huge, "a vocabulary size no model has", "4000000000")
+
     typed = write_folder(os.path.join(root, "bad-type"),
                          config=dict(CONFIG, rope_scaling={"rope_type": "linear", "factor": "x"}),
                          weights=w)

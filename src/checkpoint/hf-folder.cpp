@@ -432,8 +432,9 @@ std::vector<std::string> shard_files(const fs::path& dir,
     return files;
 }
 
-TensorType tensor_type(safetensors::Dtype d) {
-    switch (d) {
+// A plain weight's type; another dtype is refused, naming the tensor.
+TensorType float_type(const Stored& s) {
+    switch (s.tensor->dtype) {
         case safetensors::Dtype::F32:
             return TensorType::F32;
         case safetensors::Dtype::F16:
@@ -441,7 +442,8 @@ TensorType tensor_type(safetensors::Dtype d) {
         case safetensors::Dtype::BF16:
             return TensorType::BF16;
         default:
-            return TensorType::I8;  // not a weight type: refused by the caller
+            fail("{}: tensor '{}' is {}, expected F32, F16 or BF16", s.file, s.tensor->name,
+                 safetensors::name(s.tensor->dtype));
     }
 }
 
@@ -541,10 +543,7 @@ gguf::GgufFile open_checked(const std::string& dir_name) {
             info.size_bytes = row_bytes(r->type, r->n_cols) * r->n_rows;
             produce = std::move(r->produce);
         } else {
-            const TensorType type = tensor_type(t.dtype);
-            if (type == TensorType::I8)
-                fail("{}: tensor '{}' is {}, expected F32, F16 or BF16", stored.file, t.name,
-                     safetensors::name(t.dtype));
+            const TensorType type = float_type(stored);
             info.n_dims = static_cast<uint32_t>(t.shape.size());
             for (size_t d = 0; d < t.shape.size(); ++d)
                 info.ne[d] = t.shape[t.shape.size() - 1 - d];
@@ -577,10 +576,10 @@ gguf::GgufFile open_checked(const std::string& dir_name) {
         if (parts.size() != hp.n_expert || parts.rbegin()->first != hp.n_expert - 1)
             fail("{}: '{}' has {} experts of the config's {}", first.file, name, parts.size(),
                  hp.n_expert);
-        const TensorType type = tensor_type(first.tensor->dtype);
+        const TensorType type = float_type(first);
         for (const auto& [e, st] : parts)
             if (st->tensor->shape != shape || st->tensor->dtype != first.tensor->dtype ||
-                shape.size() != 2 || type == TensorType::I8)
+                shape.size() != 2)
                 fail("{}: expert {} of '{}' is not a {} matrix like expert 0's", st->file, e, name,
                      safetensors::name(first.tensor->dtype));
         gguf::TensorInfo info;

@@ -22,10 +22,6 @@ T field(const json& j, const char* key, T dflt) {
     return it == j.end() || it->is_null() ? dflt : it->get<T>();
 }
 
-constexpr const char* kSideSuffixes[] = {
-    ".weight_scale",     ".weight_zero_point", ".weight_shape",       ".weight_g_idx",
-    ".weight_scale_inv", ".input_scale",       ".weight_global_scale"};
-
 // A float of a scale tensor (f32, f16 or bf16).
 float scalar(const Stored& s, uint64_t i) {
     const uint8_t* p = s.data + i * safetensors::size_bytes(s.tensor->dtype);
@@ -70,12 +66,6 @@ void put_f16(uint8_t* p, float v) {
 }
 
 }  // namespace
-
-bool QuantizedCheckpoint::is_side_tensor(const std::string& name) {
-    for (const char* s : kSideSuffixes)
-        if (name.ends_with(s)) return true;
-    return false;
-}
 
 std::optional<QuantizedCheckpoint> QuantizedCheckpoint::from_config(const json& config,
                                                                     const std::string& label) {

@@ -72,10 +72,6 @@ class QuantizedCheckpoint {
     // outlive it.
     std::optional<Repacked> repack(const std::string& name, const StoredTensors& tensors) const;
 
-    // The tensors of a quantized weight beside its own (scales, zero points,
-    // shapes, group indices): not weights of their own.
-    static bool is_side_tensor(const std::string& name);
-
     const std::string& method() const { return method_; }
 
   private:

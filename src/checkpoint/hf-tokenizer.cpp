@@ -37,10 +37,6 @@ size_t utf8_length(std::string_view s) {
         std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
 }
 
-std::optional<json> read_optional(const fs::path& path) {
-    return read_json_file(path.string());
-}
-
 // The steps of a pre-tokenizer or normalizer: a Sequence's, or itself.
 std::vector<const json*> steps(const json& j, const char* list_key) {
     std::vector<const json*> out;
@@ -151,7 +147,7 @@ std::string chat_template(const fs::path& dir, const std::optional<json>& cfg) {
         ss << in.rdbuf();
         return ss.str();
     }
-    if (auto j = read_optional(dir / "chat_template.json"); j && j->is_object())
+    if (auto j = read_json_file((dir / "chat_template.json").string()); j && j->is_object())
         if (auto t = j->find("chat_template"); t != j->end() && t->is_string())
             return t->get<std::string>();
     return {};
@@ -172,14 +168,15 @@ std::optional<json> read_json_file(const std::string& path) {
 
 void add_tokenizer(const std::string& dir_name, uint32_t n_vocab, gguf::GgufWriter& w) {
     const fs::path dir(dir_name);
-    const auto tok = read_optional(dir / "tokenizer.json");
+    const auto tok = read_json_file((dir / "tokenizer.json").string());
     if (!tok) fail("{}: tokenizer.json is missing; headroom reads the tokenizer from it", dir_name);
-    const auto cfg = read_optional(dir / "tokenizer_config.json");
+    const auto cfg = read_json_file((dir / "tokenizer_config.json").string());
     TokenizerFiles files;
     files.label = (dir / "tokenizer.json").string();
     files.tokenizer_config = cfg.value_or(json());
-    files.config = read_optional(dir / "config.json").value_or(json());
-    files.generation_config = read_optional(dir / "generation_config.json").value_or(json());
+    files.config = read_json_file((dir / "config.json").string()).value_or(json());
+    files.generation_config =
+        read_json_file((dir / "generation_config.json").string()).value_or(json());
     files.chat_template = chat_template(dir, cfg);
     add_tokenizer(*tok, files, n_vocab, w);
 }

@@ -198,10 +198,15 @@ void Instance::quantize_weights(const DeploymentRequest& request, const Instance
                 o.quantization);
         candidates.push_back(*t);
     }
-    auto options_for = [&](WeightType t) {
+    // A type's options; nullopt: every tensor written in its own type.
+    auto options_for = [&](std::optional<WeightType> t) {
         QuantizeOptions q;
-        q.recipe = gguf_recipe(t);
-        q.file_type = gguf_file_type_code(t);
+        if (t) {
+            q.recipe = gguf_recipe(*t);
+            q.file_type = gguf_file_type_code(*t);
+        } else {
+            q.keep_types = true;
+        }
         q.n_threads = static_cast<int>(std::max<uint32_t>(1, o.settings.config.n_threads));
         q.progress = o.progress;
         return q;
@@ -267,14 +272,7 @@ void Instance::quantize_weights(const DeploymentRequest& request, const Instance
     }
     if (!chosen && !file_->has_producers()) return;
 
-    QuantizeOptions q;
-    if (chosen) {
-        q = options_for(*chosen);
-    } else {
-        q.keep_types = true;
-        q.n_threads = static_cast<int>(std::max<uint32_t>(1, o.settings.config.n_threads));
-        q.progress = o.progress;
-    }
+    const QuantizeOptions q = options_for(chosen);
     const std::string type_label =
         chosen ? std::string(info(*chosen).label) : "repacked-" + desc_.weight_type;
     std::string path;
